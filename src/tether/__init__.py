@@ -1,0 +1,60 @@
+"""Tether: a Python task queue on Redis Streams that loses no task and robs no live worker.
+
+    from tether import Tether
+
+    app = Tether("redis://localhost:6379/0")
+
+    @app.task
+    async def add(x: int, y: int) -> int:
+        return x + y
+"""
+
+from ._app import Tether
+from ._context import TaskContext, current_task
+from ._envelope import JsonSerializer, Serializer
+from ._errors import (
+    ConfigError,
+    EnqueueError,
+    NotOpen,
+    ResultTimeout,
+    Retry,
+    SerializationError,
+    ServerError,
+    TaskFailed,
+    TaskNotFound,
+    TetherError,
+)
+from ._middleware import Middleware
+from ._settings import PRIORITIES, WorkerSettings
+from ._task import Backoff, Task, TaskCall, TaskHandle, TaskStatus
+from ._version import __version__
+from .worker import Worker, WorkerCounters
+
+__all__ = [
+    "PRIORITIES",
+    "Backoff",
+    "ConfigError",
+    "EnqueueError",
+    "JsonSerializer",
+    "Middleware",
+    "NotOpen",
+    "ResultTimeout",
+    "Retry",
+    "SerializationError",
+    "Serializer",
+    "ServerError",
+    "Task",
+    "TaskCall",
+    "TaskContext",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskNotFound",
+    "TaskStatus",
+    "Tether",
+    "TetherError",
+    "Worker",
+    "WorkerCounters",
+    "WorkerSettings",
+    "__version__",
+    "current_task",
+]

@@ -1,0 +1,339 @@
+"""The Tether app: settings, the connection, the task registry, and enqueue."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+
+from typing_extensions import Self
+
+from . import _lifecycle
+from ._envelope import Envelope, JsonSerializer, Serializer, find_unserializable
+from ._errors import ConfigError, EnqueueError, NotOpen, SerializationError
+from ._keys import QueueKeys, queue_of_task_id
+from ._middleware import Middleware, call_hooks
+from ._redis import AsyncClient, Target, async_client, parse_url
+from ._settings import PRIORITIES, AppSettings, WorkerSettings
+from ._task import Backoff, P, R, Task, TaskConfig, TaskHandle, TaskStatus, default_task_name
+from .scripts import ENQUEUE
+
+if TYPE_CHECKING:
+    from .dead import DeadLetters
+    from .scheduler import Schedule, Scheduler
+    from .worker import Worker
+
+DEFAULT_URL = "redis://localhost:6379/0"
+ENQUEUE_CHUNK = 1000
+"""Tasks per enqueue script call: large enough to amortise the round trip, small enough
+not to hold the server for long."""
+
+DEDUP_MAX_HOLD_MS = 24 * 3600 * 1000
+"""A dedup key lives at most this long past its task's due time, even if the task never
+reaches an outcome, so no key acts as a lock forever."""
+
+T = TypeVar("T")
+
+
+class _TaskDecorator(Protocol):
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class Tether:
+    """A Tether app: declare tasks on it, enqueue them, and run workers for it.
+
+    ``url`` defaults to the ``TETHER_URL`` environment variable, then to
+    ``redis://localhost:6379/0``; ``namespace`` to ``TETHER_NAMESPACE``, then ``tether``.
+    Producers open the connection with ``async with app:``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str | None = None,
+        serializer: Serializer | None = None,
+        result_ttl: float | timedelta = 3600.0,
+        dead_letter_maxlen: int = 10_000,
+        socket_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        enqueue_replicas: int = 0,
+        enqueue_replicas_timeout: float = 1.0,
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
+        if isinstance(result_ttl, timedelta):
+            result_ttl = result_ttl.total_seconds()
+        self.settings = AppSettings(
+            url=url or os.environ.get("TETHER_URL") or DEFAULT_URL,
+            namespace=namespace or os.environ.get("TETHER_NAMESPACE") or "tether",
+            result_ttl=result_ttl,
+            dead_letter_maxlen=dead_letter_maxlen,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            enqueue_replicas=enqueue_replicas,
+            enqueue_replicas_timeout=enqueue_replicas_timeout,
+        )
+        self.target: Target = parse_url(self.settings.url)
+        self.serializer: Serializer = serializer or JsonSerializer()
+        self.middleware: tuple[Middleware, ...] = tuple(middleware)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: list[Schedule] = []
+        self._keys: dict[str, QueueKeys] = {}
+        self._client: AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"<Tether {self.target.redacted} namespace={self.namespace!r}>"
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    # -- declaring --------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: str = "normal",
+        retries: int = 0,
+        retry_on: Sequence[type[BaseException]] = (Exception,),
+        backoff: Backoff | Callable[[int], float] | None = None,
+        timeout: float | timedelta | None = None,
+        store_result: bool = True,
+        result_ttl: float | timedelta | None = None,
+    ) -> _TaskDecorator: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: str = "normal",
+        retries: int = 0,
+        retry_on: Sequence[type[BaseException]] = (Exception,),
+        backoff: Backoff | Callable[[int], float] | None = None,
+        timeout: float | timedelta | None = None,
+        store_result: bool = True,
+        result_ttl: float | timedelta | None = None,
+    ) -> Any:
+        """Register a function as a task. Async functions run on the worker's event loop;
+        plain functions run in its thread pool, never on the loop."""
+
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
+            if not callable(func):
+                raise ConfigError(f"@app.task needs a function, not {func!r}")
+            config = TaskConfig(
+                name=name or default_task_name(func),
+                queue=queue,
+                priority=priority,
+                retries=retries,
+                retry_on=tuple(retry_on),
+                backoff=backoff or Backoff(),
+                timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else timeout,
+                store_result=store_result,
+                result_ttl=result_ttl.total_seconds()
+                if isinstance(result_ttl, timedelta)
+                else result_ttl,
+            )
+            if config.name in self.tasks:
+                raise ConfigError(f"a task named {config.name!r} is already registered")
+            task: Task[Any, Any] = Task(self, func, config)
+            self.tasks[config.name] = task
+            return task
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        self.middleware = (*self.middleware, middleware)
+
+    # -- connection -------------------------------------------------------------------
+
+    async def open(self) -> Self:
+        """Open the connection (lazily connected). ``async with app:`` does this for you."""
+        if self._client is None:
+            self._client = async_client(
+                self.target,
+                socket_timeout=self.settings.socket_timeout,
+                connect_timeout=self.settings.connect_timeout,
+            )
+        return self
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def client(self) -> AsyncClient:
+        """The open asyncio client; raises :class:`NotOpen` outside ``async with app``."""
+        if self._client is None:
+            raise NotOpen("the Tether app is not open: use `async with app:` or `await app.open()`")
+        return self._client
+
+    def keys(self, queue: str) -> QueueKeys:
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = QueueKeys.of(self.namespace, queue)
+        return keys
+
+    # -- enqueue ----------------------------------------------------------------------
+
+    async def _enqueue(
+        self, task: Task[Any, Any], items: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
+    ) -> list[TaskHandle[Any]]:
+        client = self.client
+        cfg, opts = task.config, task.call_options
+        queue = opts.queue or cfg.queue
+        keys = self.keys(queue)
+        sidx = PRIORITIES.index(opts.priority or cfg.priority) + 1
+        env_opts = _envelope_options(opts)
+        mode, when = "n", 0
+        if opts.delay is not None:
+            mode, when = "r", int(opts.delay * 1000)
+        elif opts.at_ms is not None:
+            mode, when = "a", opts.at_ms
+        script_keys: list[str] = [*keys.streams, keys.index, keys.delayed, keys.scheduled_payloads]
+        dedup_index = 0
+        if opts.key is not None:
+            script_keys.append(keys.dedup(opts.key))
+            dedup_index = len(script_keys)
+        now_ms = int(time.time() * 1000)
+        ids: list[str] = []
+        args: list[Any] = []
+        dumps = self.serializer.dumps
+        for call_args, call_kwargs in items:
+            bound = task.bind_arguments(call_args, call_kwargs)
+            task_id = f"{queue}:{uuid.uuid4().hex}"
+            env = Envelope(task_id, task.name, list(call_args), dict(call_kwargs), now_ms, 1, env_opts)
+            try:
+                payload = dumps(env.to_dict())
+            except Exception as exc:
+                raise _serialization_error(self.serializer, task.name, bound, exc) from None
+            ids.append(task_id)
+            args += (task_id, payload, sidx, mode, when, dedup_index, DEDUP_MAX_HOLD_MS)
+        if not ids:
+            return []
+        replies: list[Any] = []
+        per_task = 7
+        for start in range(0, len(ids), ENQUEUE_CHUNK):
+            chunk = args[start * per_task : (start + ENQUEUE_CHUNK) * per_task]
+            chunk_args = [len(chunk) // per_task, *chunk]
+            if self.settings.enqueue_replicas:
+                replies += await _lifecycle.enqueue_with_replicas(self, ENQUEUE, script_keys, chunk_args)
+            else:
+                replies += await ENQUEUE(client, script_keys, chunk_args)
+        handles: list[TaskHandle[Any]] = []
+        for task_id, reply in zip(ids, replies, strict=True):
+            if isinstance(reply, bytes) and reply.startswith(b"="):
+                handles.append(TaskHandle(self, reply[1:].decode(), queue, duplicate=True))
+            else:
+                handles.append(TaskHandle(self, task_id, queue))
+        if self.middleware:
+            for handle in handles:
+                if not handle.duplicate:
+                    await call_hooks(self.middleware, "on_enqueue", task.name, handle.id, queue)
+        return handles
+
+    # -- handles, outcomes ------------------------------------------------------------
+
+    def handle(self, task_id: str) -> TaskHandle[Any]:
+        """Rebuild a handle from a task id, in any process."""
+        try:
+            queue = queue_of_task_id(task_id)
+        except ValueError:
+            raise ConfigError(f"{task_id!r} is not a Tether task id (expected <queue>:<hex>)") from None
+        return TaskHandle(self, task_id, queue)
+
+    async def _status(self, task_id: str) -> TaskStatus:
+        return await _lifecycle.status(self, task_id)
+
+    async def _result(self, task_id: str, timeout: float | timedelta | None) -> Any:
+        return await _lifecycle.wait_result(self, task_id, timeout)
+
+    async def _cancel(self, task_id: str) -> bool:
+        return await _lifecycle.cancel(self, task_id)
+
+    def dead_letters(self, queue: str = "default") -> DeadLetters:
+        """List, show, retry and purge the dead-letter stream of ``queue``."""
+        from .dead import DeadLetters
+
+        return DeadLetters(self, queue)
+
+    # -- workers and the scheduler ----------------------------------------------------
+
+    def worker(self, **settings: Any) -> Worker:
+        """A worker for this app; keyword arguments are :class:`WorkerSettings` fields."""
+        from .worker import Worker
+
+        return Worker(self, WorkerSettings(**settings))
+
+    def periodic(self, **kwargs: Any) -> Callable[[T], T]:
+        """Declare a schedule on a task; see :mod:`tether.scheduler`."""
+        from .scheduler import periodic_decorator
+
+        return periodic_decorator(self, **kwargs)
+
+    def scheduler(self, **kwargs: Any) -> Scheduler:
+        from .scheduler import Scheduler
+
+        return Scheduler(self, **kwargs)
+
+
+def _envelope_options(opts: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if opts.timeout is not None:
+        out["timeout"] = opts.timeout
+    if opts.retries is not None:
+        out["retries"] = opts.retries
+    if opts.store_result is not None:
+        out["store_result"] = opts.store_result
+    if opts.key is not None:
+        out["key"] = opts.key
+        if opts.key_ttl is not None:
+            out["key_ttl"] = opts.key_ttl
+    return out
+
+
+def _serialization_error(
+    serializer: Serializer, task: str, bound: Mapping[str, Any], exc: Exception
+) -> EnqueueError:
+    found = find_unserializable(serializer, bound)
+    if found is None:
+        return SerializationError(
+            f"task {task!r}: the arguments cannot be serialized by the {serializer.name} "
+            f"serializer: {exc}"
+        )
+    name, error = found
+    value = bound[name]
+    return SerializationError(
+        f"task {task!r}: argument {name!r} ({type(value).__name__}) cannot be serialized by "
+        f"the {serializer.name} serializer: {error}"
+    )

@@ -1,0 +1,38 @@
+"""The context of the running task, readable from inside it (async or sync)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from ._errors import TetherError
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a running task may want to know about itself.
+
+    ``attempt`` counts from 1; ``max_attempts`` is ``retries + 1``. ``deliveries`` counts the
+    times this entry was handed to a worker (above 1 after a worker died running it).
+    """
+
+    task_id: str
+    task_name: str
+    queue: str
+    priority: str
+    attempt: int
+    max_attempts: int
+    deliveries: int
+    enqueued_ms: int
+    worker: str
+
+
+_current: ContextVar[TaskContext | None] = ContextVar("tether_task", default=None)
+
+
+def current_task() -> TaskContext:
+    """The context of the task running in this coroutine or thread."""
+    ctx = _current.get()
+    if ctx is None:
+        raise TetherError("current_task() was called outside a running Tether task")
+    return ctx

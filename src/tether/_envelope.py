@@ -1,0 +1,138 @@
+"""The message format: a versioned envelope, JSON by default.
+
+A stream entry holds one field, ``m``, with the encoded envelope::
+
+    {"v": 1, "id": "default:9f…", "task": "app.add", "args": [1, 2], "kwargs": {},
+     "enq": 1732870000000, "try": 1, "opts": {"timeout": 30}}
+
+Pickle is never the default: a payload must not be able to run code in the worker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+ENVELOPE_VERSION = 1
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Encodes envelopes and results. Must round-trip dicts, lists, str, int, float, None."""
+
+    name: str
+
+    def dumps(self, obj: Any) -> bytes: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class JsonSerializer:
+    """Compact UTF-8 JSON: safe to decode, readable in ``redis-cli``."""
+
+    name = "json"
+
+    def __init__(self) -> None:
+        self._encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+        self._decode = json.loads
+
+    def dumps(self, obj: Any) -> bytes:
+        return self._encoder.encode(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return self._decode(data)
+
+
+class BadEnvelope(Exception):  # noqa: N818 - internal signal, carries the dead-letter reason
+    """An entry that cannot be run; ``reason`` goes to the dead-letter stream."""
+
+    def __init__(self, reason: str, task_id: str = "", task: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.task_id = task_id
+        self.task = task
+
+
+@dataclass(slots=True)
+class Envelope:
+    id: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    enqueued_ms: int
+    attempt: int = 1
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": ENVELOPE_VERSION,
+            "id": self.id,
+            "task": self.task,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "enq": self.enqueued_ms,
+            "try": self.attempt,
+            "opts": self.options,
+        }
+
+    def encode(self, serializer: Serializer) -> bytes:
+        return serializer.dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, data: bytes | None, serializer: Serializer) -> Envelope:
+        """Decode an entry's payload or raise :class:`BadEnvelope` with the reason."""
+        if data is None:
+            raise BadEnvelope("the entry has no 'm' field with a payload")
+        try:
+            raw = serializer.loads(data)
+        except Exception as exc:
+            raise BadEnvelope(
+                f"the payload cannot be decoded by the {serializer.name} serializer: {exc}"
+            ) from None
+        if not isinstance(raw, Mapping):
+            raise BadEnvelope(f"the payload is a {type(raw).__name__}, not an envelope object")
+        task_id = raw.get("id") if isinstance(raw.get("id"), str) else ""
+        task = raw.get("task") if isinstance(raw.get("task"), str) else ""
+        version = raw.get("v")
+        if version != ENVELOPE_VERSION:
+            raise BadEnvelope(
+                f"unknown envelope version {version!r} (this worker reads {ENVELOPE_VERSION})",
+                task_id,
+                task,
+            )
+        try:
+            env = cls(
+                id=raw["id"],
+                task=raw["task"],
+                args=raw["args"],
+                kwargs=raw["kwargs"],
+                enqueued_ms=raw["enq"],
+                attempt=raw["try"],
+                options=raw["opts"],
+            )
+        except KeyError as exc:
+            raise BadEnvelope(f"the envelope lacks the field {exc.args[0]!r}", task_id, task) from None
+        if not (
+            isinstance(env.id, str)
+            and isinstance(env.task, str)
+            and isinstance(env.args, list)
+            and isinstance(env.kwargs, dict)
+            and isinstance(env.attempt, int)
+            and isinstance(env.options, dict)
+        ):
+            raise BadEnvelope("the envelope has a field of the wrong type", task_id, task)
+        return env
+
+
+def find_unserializable(
+    serializer: Serializer, named_values: Mapping[str, Any]
+) -> tuple[str, Exception] | None:
+    """Return the first argument the serializer refuses, with its error."""
+    for name, value in named_values.items():
+        try:
+            serializer.dumps(value)
+        except Exception as exc:
+            return name, exc
+    return None

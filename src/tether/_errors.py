@@ -1,0 +1,90 @@
+"""Every exception Tether raises on purpose.
+
+    TetherError
+    ├── ConfigError             a setting or URL is invalid (raised at start-up)
+    ├── ServerError             the Redis server cannot be used (too old, wrong mode)
+    ├── EnqueueError            a task could not be enqueued; nothing was written
+    │   └── SerializationError  an argument cannot be encoded by the serializer
+    ├── TaskNotFound            no task with that id is known (never existed or expired)
+    ├── TaskFailed              the task ended without a value (remote type, message, traceback)
+    ├── ResultTimeout           waiting for a result took longer than asked
+    └── NotOpen                 the app has no open connection (use ``async with app``)
+
+``Retry`` is not an error: a task raises it to ask for another attempt.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class TetherError(Exception):
+    """Base class of every exception Tether raises on purpose."""
+
+
+class ConfigError(TetherError, ValueError):
+    """A setting, URL or declaration is invalid. The message names the setting."""
+
+
+class ServerError(TetherError):
+    """The Redis server cannot be used, for example because it is older than 6.2."""
+
+
+class EnqueueError(TetherError):
+    """A task could not be enqueued. Nothing was written to Redis."""
+
+
+class SerializationError(EnqueueError, TypeError):
+    """An argument or a result cannot be encoded. The message names the task and argument."""
+
+
+class TaskNotFound(TetherError, LookupError):
+    """No task with this id is known: it never existed, or its record expired."""
+
+
+class ResultTimeout(TetherError, TimeoutError):
+    """The task did not finish within the time the caller was willing to wait."""
+
+
+class NotOpen(TetherError, RuntimeError):
+    """The app has no open connection. Use ``async with app:`` or ``await app.open()``."""
+
+
+class TaskFailed(TetherError):
+    """The task ended without a value.
+
+    ``status`` is the final status (``failed``, ``dead`` or ``cancelled``); ``error_type``,
+    ``error_message`` and ``traceback`` describe the exception raised in the worker.
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        status: str,
+        error_type: str,
+        error_message: str,
+        traceback: str = "",
+    ) -> None:
+        self.task_id = task_id
+        self.status = status
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+        super().__init__(f"task {task_id} {status}: {error_type}: {error_message}")
+
+
+class Retry(Exception):  # noqa: N818 - a request, not an error
+    """Raise inside a task to ask for another attempt after ``delay`` seconds.
+
+    Counts against the task's ``retries``; when they are used up the task fails as if it
+    had raised the exception that caused the retry.
+    """
+
+    def __init__(self, delay: float | timedelta | None = None, reason: str = "") -> None:
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        if delay is not None and delay < 0:
+            raise ConfigError(f"Retry(delay={delay!r}): the delay must be zero or more seconds")
+        self.delay = delay
+        self.reason = reason
+        super().__init__(reason or f"retry requested (delay={delay})")

@@ -1,0 +1,84 @@
+"""Every Redis key Tether uses, computed once per queue.
+
+All keys of one queue share the hash tag ``{<namespace>:<queue>}``, so every script that
+touches a queue runs in one cluster slot. Keys are always built here, in Python, and passed
+to scripts in ``KEYS``; no script builds a key and nothing scans the keyspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._settings import PRIORITIES
+
+GROUP = "tether"
+"""The consumer group on every stream."""
+
+PAYLOAD_FIELD = b"m"
+"""The single field of a stream entry that holds the encoded envelope."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue. Per-task and per-consumer keys are methods."""
+
+    namespace: str
+    queue: str
+    tag: str
+    streams: tuple[str, str, str]
+    """One stream per priority, highest first (the order of ``PRIORITIES``)."""
+    dead: str
+    delayed: str
+    scheduled_payloads: str
+    index: str
+    schedules: str
+
+    @classmethod
+    def of(cls, namespace: str, queue: str) -> QueueKeys:
+        tag = f"{{{namespace}:{queue}}}"
+        high, normal, low = (f"{tag}:stream:{p}" for p in PRIORITIES)
+        return cls(
+            namespace=namespace,
+            queue=queue,
+            tag=tag,
+            streams=(high, normal, low),
+            dead=f"{tag}:dead",
+            delayed=f"{tag}:delayed",
+            scheduled_payloads=f"{tag}:sched",
+            index=f"{tag}:idx",
+            schedules=f"{tag}:ticks",
+        )
+
+    def lease(self, consumer: str) -> str:
+        """The lease of ``consumer`` on this queue: present while the worker is alive."""
+        return f"{self.tag}:lease:{consumer}"
+
+    def cancels(self, consumer: str) -> str:
+        """Task ids a running worker is asked to cancel (read by its heartbeat)."""
+        return f"{self.tag}:cancel:{consumer}"
+
+    def result(self, task_id: str) -> str:
+        return f"{self.tag}:result:{task_id}"
+
+    def done(self, task_id: str) -> str:
+        """A one-element list pushed at the final outcome; result waiters block on it."""
+        return f"{self.tag}:done:{task_id}"
+
+    def dedup(self, key: str) -> str:
+        return f"{self.tag}:dedup:{key}"
+
+    def stream(self, priority: str) -> str:
+        return self.streams[PRIORITIES.index(priority)]
+
+
+def queue_of_task_id(task_id: str) -> str:
+    """Task ids are ``<queue>:<hex>``, so a handle can be rebuilt from the id alone."""
+    queue, sep, rest = task_id.rpartition(":")
+    if not sep or not queue or not rest:
+        raise ValueError(task_id)
+    return queue
+
+
+def scheduler_tag(namespace: str) -> str:
+    """Cross-queue scheduler keys live under a hash tag of their own."""
+    return f"{{{namespace}:scheduler}}"

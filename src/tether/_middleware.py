@@ -1,0 +1,43 @@
+"""Hooks around enqueue and execution. Every hook is a documented no-op by default.
+
+Register with ``Tether(middleware=[...])`` or ``app.add_middleware(...)``. A hook that
+raises is logged with its class and hook name and never takes the worker down, nor does it
+fail the enqueue or the task.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._context import TaskContext
+
+log = logging.getLogger("tether.middleware")
+
+
+class Middleware:
+    """Subclass and override the hooks you need; all of them do nothing by default."""
+
+    async def on_enqueue(self, task_name: str, task_id: str, queue: str) -> None:
+        """After a task was accepted by Redis (once per task, batches included)."""
+
+    async def before_run(self, ctx: TaskContext) -> None:
+        """In the worker, just before the task's function is called."""
+
+    async def after_run(self, ctx: TaskContext, status: str, value: Any, error: BaseException | None) -> None:
+        """After the function returned or raised; ``status`` is the outcome recorded."""
+
+    async def on_retry(self, ctx: TaskContext, error: BaseException, delay: float) -> None:
+        """When a failed attempt is scheduled to run again after ``delay`` seconds."""
+
+    async def on_dead(self, ctx: TaskContext | None, task_id: str, reason: str) -> None:
+        """When a task goes to the dead-letter stream (``ctx`` is None if it never ran)."""
+
+
+async def call_hooks(middleware: tuple[Middleware, ...], hook: str, *args: Any) -> None:
+    for mw in middleware:
+        try:
+            await getattr(mw, hook)(*args)
+        except Exception:
+            log.exception("middleware %s.%s failed; carrying on", type(mw).__name__, hook)

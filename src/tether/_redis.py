@@ -1,0 +1,272 @@
+"""Connections: one URL, three deployments (standalone, Cluster, Sentinel).
+
+URL forms::
+
+    redis://[user:password@]host:port/db          rediss:// for TLS, unix:///path.sock?db=0
+    redis+cluster://[user:password@]host:port[,host:port...]      rediss+cluster:// for TLS
+    redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]
+        ?sentinel_password=...&sentinel_username=...              rediss+sentinel:// for TLS
+
+TLS options and ACL users work through the URL as redis-py reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.retry import Retry
+
+from ._errors import ConfigError
+
+AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
+SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+
+_PLAIN = ("redis", "rediss", "unix", "valkey", "valkeys")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed Redis URL."""
+
+    kind: Literal["standalone", "cluster", "sentinel"]
+    url: str
+    nodes: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def redacted(self) -> str:
+        """The URL with its password hidden, for logs."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return parts._replace(netloc=netloc).geturl()
+
+
+def parse_url(url: str) -> Target:
+    """Parse and validate a Redis URL; a malformed one raises :class:`ConfigError`."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"url={url!r}: expected a URL such as redis://localhost:6379/0")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in _PLAIN:
+        return _parse_plain(url, scheme)
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        return _parse_multi(url, "cluster", tls=scheme.startswith("rediss"))
+    if scheme in ("redis+sentinel", "rediss+sentinel"):
+        return _parse_multi(url, "sentinel", tls=scheme.startswith("rediss"))
+    raise ConfigError(
+        f"url scheme {scheme!r} is unknown: use redis://, rediss://, unix://, "
+        "redis+cluster:// or redis+sentinel://"
+    )
+
+
+def _parse_plain(url: str, scheme: str) -> Target:
+    if scheme.startswith("valkey"):
+        url = "redis" + url[len("valkey") :]
+        scheme = "redis" + scheme[len("valkey") :]
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"url {_hide(url)!r} is malformed: {exc}") from None
+    if scheme != "unix" and not parts.hostname:
+        raise ConfigError(f"url {_hide(url)!r} has no host")
+    if scheme == "unix" and not parts.path:
+        raise ConfigError(f"url {_hide(url)!r} has no socket path")
+    db = 0
+    path = parts.path.strip("/") if scheme != "unix" else ""
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    raw_db = path or query.get("db", "0")
+    try:
+        db = int(raw_db)
+    except ValueError:
+        raise ConfigError(f"url {_hide(url)!r}: database {raw_db!r} is not a number") from None
+    return Target(
+        kind="standalone",
+        url=url,
+        nodes=((parts.hostname or "", port or 6379),) if scheme != "unix" else (),
+        db=db,
+        tls=scheme == "rediss",
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        options=query,
+    )
+
+
+def _parse_multi(url: str, kind: Literal["cluster", "sentinel"], tls: bool) -> Target:
+    rest = url.split("://", 1)[1]
+    auth, _, hosts_and_path = rest.rpartition("@")
+    hosts_part, _, path_query = hosts_and_path.partition("/")
+    path, _, query_text = path_query.partition("?")
+    if "?" in hosts_part:
+        hosts_part, _, query_text = hosts_part.partition("?")
+    nodes: list[tuple[str, int]] = []
+    for item in hosts_part.split(","):
+        host, _, port_text = item.strip().rpartition(":")
+        if not host:
+            host, port_text = port_text, "26379" if kind == "sentinel" else "6379"
+        try:
+            nodes.append((host.strip("[]"), int(port_text)))
+        except ValueError:
+            raise ConfigError(f"url {_hide(url)!r}: bad host:port {item!r}") from None
+    if not nodes or not nodes[0][0]:
+        raise ConfigError(f"url {_hide(url)!r} names no host")
+    username = password = None
+    if auth:
+        user, _, pw = auth.partition(":")
+        username, password = unquote(user) or None, unquote(pw) or None
+    query = {k: v[-1] for k, v in parse_qs(query_text).items()}
+    service, db = "", 0
+    segments = [s for s in path.split("/") if s]
+    if kind == "sentinel":
+        if not segments:
+            raise ConfigError(
+                f"url {_hide(url)!r} names no master: use redis+sentinel://host:26379/mymaster"
+            )
+        service = segments[0]
+        if len(segments) > 1:
+            try:
+                db = int(segments[1])
+            except ValueError:
+                raise ConfigError(f"url {_hide(url)!r}: database {segments[1]!r}") from None
+    elif segments and segments != ["0"]:
+        raise ConfigError(f"url {_hide(url)!r}: a cluster has only database 0")
+    return Target(
+        kind=kind,
+        url=url,
+        nodes=tuple(nodes),
+        service=service,
+        db=db,
+        tls=tls,
+        username=username,
+        password=password,
+        options=query,
+    )
+
+
+def _hide(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            return url.replace(f":{parts.password}@", ":***@", 1)
+    except ValueError:
+        pass
+    return url
+
+
+def _common_kwargs(
+    target: Target, socket_timeout: float | None, connect_timeout: float, retries: int
+) -> dict[str, Any]:
+    retry = (
+        Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries)
+        if retries
+        else Retry(NoBackoff(), 0)
+    )
+    kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "socket_keepalive": True,
+        "retry": retry,
+    }
+    if target.username:
+        kwargs["username"] = target.username
+    if target.password:
+        kwargs["password"] = target.password
+    if target.tls:
+        kwargs["ssl"] = True
+        for key in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            if key in target.options:
+                kwargs[key] = target.options[key]
+    return kwargs
+
+
+def async_client(
+    target: Target,
+    *,
+    socket_timeout: float | None,
+    connect_timeout: float,
+    retries: int = 3,
+) -> AsyncClient:
+    """An asyncio client for ``target``. ``retries`` re-sends a command after a lost connection."""
+    if target.kind == "standalone":
+        return redis.asyncio.Redis.from_url(
+            target.url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            socket_keepalive=True,
+            retry=_common_kwargs(target, socket_timeout, connect_timeout, retries)["retry"],
+        )
+    kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries)
+    if target.kind == "cluster":
+        nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        list(target.nodes),
+        sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
+        **kwargs,
+    )
+    return sentinel.master_for(target.service, db=target.db)
+
+
+def sync_client(
+    target: Target,
+    *,
+    socket_timeout: float | None,
+    connect_timeout: float,
+    retries: int = 0,
+) -> SyncClient:
+    """A blocking client for ``target``, for the heartbeat thread and the CLI."""
+    if target.kind == "standalone":
+        return redis.Redis.from_url(
+            target.url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            socket_keepalive=True,
+            retry=_common_kwargs(target, socket_timeout, connect_timeout, retries)["retry"],
+        )
+    kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries)
+    if target.kind == "cluster":
+        nodes = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]
+        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+    sentinel = redis.sentinel.Sentinel(
+        list(target.nodes),
+        sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
+        **kwargs,
+    )
+    return sentinel.master_for(target.service, db=target.db)
+
+
+def _sentinel_auth(
+    target: Target, socket_timeout: float | None, connect_timeout: float
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+    }
+    if "sentinel_password" in target.options:
+        kwargs["password"] = target.options["sentinel_password"]
+    if "sentinel_username" in target.options:
+        kwargs["username"] = target.options["sentinel_username"]
+    return kwargs
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)

@@ -1,0 +1,256 @@
+"""Settings: frozen keyword-only dataclasses, validated once, with clear errors.
+
+Durations accept ``float`` seconds or ``timedelta`` at the edge and are stored as float
+seconds. Every error names the setting and the value that was refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import Any
+
+from ._errors import ConfigError
+
+PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+"""Priority names, highest first. Each queue has one stream per priority."""
+
+ABANDONED = "abandoned"
+"""The reserved consumer that holds entries handed off at shutdown; always claimable."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+_CONSUMER_RE = re.compile(r"^[^\s{}]{1,200}$")
+
+Duration = float | int | timedelta
+
+
+def seconds(value: Duration | None, name: str, *, allow_zero: bool = False) -> float:
+    """Normalise a duration setting to float seconds, refusing negatives (and zero)."""
+    if value is None:
+        raise ConfigError(f"{name} must be a duration in seconds, not None")
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}={value!r}: expected seconds (a number) or a timedelta")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "zero or more" if allow_zero else "more than zero"
+        raise ConfigError(f"{name}={value!r}: must be {bound} seconds")
+    return float(value)
+
+
+def check_name(kind: str, value: str) -> str:
+    """Queue and namespace names end up inside Redis keys and hash tags."""
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise ConfigError(
+            f"{kind} {value!r} is not a valid name: use 1 to 100 letters, digits, '_', '.' "
+            "or '-', starting with a letter or digit"
+        )
+    return value
+
+
+def check_priority(value: str) -> str:
+    if value not in PRIORITIES:
+        raise ConfigError(f"priority {value!r} is unknown: use one of {', '.join(PRIORITIES)}")
+    return value
+
+
+def default_consumer_name() -> str:
+    """host-pid-random: unique among live workers, readable in XINFO CONSUMERS."""
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name}={value!r}: expected a whole number")
+    if value < minimum:
+        raise ConfigError(f"{name}={value!r}: must be {minimum} or more")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """How one worker process fetches, runs and recovers tasks.
+
+    Attributes:
+        queues: the queues served, in the order they are read.
+        concurrency: tasks run at once (async tasks on the loop, sync ones in threads).
+        max_pending: entries delivered to this worker and not yet acknowledged, across all
+            its queues and priorities (running plus buffered). Defaults to ``concurrency``.
+        name: the consumer name; set a stable one (the pod name) so that a restart resumes
+            its predecessor's entries at once. Defaults to host-pid-random.
+        burst: exit once the queues hold nothing that is due.
+        heartbeat_interval: how often the heartbeat thread renews this worker's leases.
+        heartbeat_ttl: the lease expiry; a worker silent this long is presumed dead.
+        reclaim_interval: how often maintenance (reclaim, promotion of due tasks) runs,
+            jittered by up to 20 percent.
+        stall_timeout: the heartbeat stops renewing when the event loop has not ticked
+            for this long, so a deadlocked worker releases its tasks.
+        max_deliveries: a reclaimed entry delivered this many times already goes to the
+            dead-letter stream instead of running again.
+        shutdown_grace: on SIGTERM, how long running tasks may take before they are
+            cancelled and handed off.
+        reclaim_page_size: pending entries examined per page of XPENDING.
+        housekeeping_interval: how often dead consumers are removed from the groups.
+        reconnect_max_delay: the cap of the backoff between reconnection attempts.
+        scheduler: also run the periodic-task scheduler (one leader among all workers).
+    """
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 16
+    max_pending: int | None = None
+    name: str | None = None
+    burst: bool = False
+    heartbeat_interval: float = 2.0
+    heartbeat_ttl: float = 10.0
+    reclaim_interval: float = 1.0
+    stall_timeout: float = 120.0
+    max_deliveries: int = 3
+    shutdown_grace: float = 30.0
+    reclaim_page_size: int = 100
+    housekeeping_interval: float = 60.0
+    reconnect_max_delay: float = 5.0
+    scheduler: bool = True
+
+    def __post_init__(self) -> None:
+        queues = self.queues
+        if isinstance(queues, str):
+            queues = tuple(q for q in queues.split(",") if q)
+        if not queues:
+            raise ConfigError("queues: a worker must serve at least one queue")
+        queues = tuple(check_name("queue", q.strip()) for q in queues)
+        if len(set(queues)) != len(queues):
+            raise ConfigError(f"queues={list(queues)!r}: a queue is listed twice")
+        object.__setattr__(self, "queues", queues)
+        _positive_int("concurrency", self.concurrency)
+        max_pending = self.concurrency if self.max_pending is None else self.max_pending
+        _positive_int("max_pending", max_pending)
+        if max_pending < self.concurrency:
+            raise ConfigError(
+                f"max_pending={max_pending} is below concurrency={self.concurrency}: the worker "
+                "could never fill its slots"
+            )
+        object.__setattr__(self, "max_pending", max_pending)
+        name = self.name or default_consumer_name()
+        if not _CONSUMER_RE.match(name) or name == ABANDONED:
+            raise ConfigError(
+                f"name={name!r}: use 1 to 200 characters without spaces or braces; "
+                f"{ABANDONED!r} is reserved"
+            )
+        object.__setattr__(self, "name", name)
+        for key in (
+            "heartbeat_interval",
+            "heartbeat_ttl",
+            "reclaim_interval",
+            "stall_timeout",
+            "housekeeping_interval",
+            "reconnect_max_delay",
+        ):
+            object.__setattr__(self, key, seconds(getattr(self, key), key))
+        object.__setattr__(
+            self, "shutdown_grace", seconds(self.shutdown_grace, "shutdown_grace", allow_zero=True)
+        )
+        if self.heartbeat_ttl <= self.heartbeat_interval:
+            raise ConfigError(
+                f"heartbeat_ttl={self.heartbeat_ttl} must exceed "
+                f"heartbeat_interval={self.heartbeat_interval}, or a live worker's lease "
+                "expires between two renewals"
+            )
+        if self.stall_timeout < self.heartbeat_ttl:
+            raise ConfigError(
+                f"stall_timeout={self.stall_timeout} must be at least "
+                f"heartbeat_ttl={self.heartbeat_ttl}"
+            )
+        _positive_int("max_deliveries", self.max_deliveries)
+        _positive_int("reclaim_page_size", self.reclaim_page_size)
+
+    @property
+    def consumer(self) -> str:
+        assert self.name is not None  # set in __post_init__
+        return self.name
+
+    @property
+    def pending_limit(self) -> int:
+        assert self.max_pending is not None  # set in __post_init__
+        return self.max_pending
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "TETHER_", environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> WorkerSettings:
+        """Read ``TETHER_CONCURRENCY``, ``TETHER_HEARTBEAT_TTL`` and so on; overrides win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(prefix + f.name.upper())
+            if raw is None:
+                continue
+            values[f.name] = _parse_env_value(f.name, raw, f.type)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _parse_env_value(name: str, raw: str, kind: object) -> Any:
+    text = str(kind)
+    try:
+        if "bool" in text:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if "tuple" in text:
+            return tuple(q.strip() for q in raw.split(",") if q.strip())
+        if "float" in text:
+            return float(raw)
+        if "int" in text:
+            return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: the environment value {raw!r} cannot be parsed") from None
+    return raw
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppSettings:
+    """Settings of a :class:`~tether.Tether` app shared by producers and workers.
+
+    Attributes:
+        url: the Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
+            ``redis+sentinel://``).
+        namespace: prefix of every key, so several apps can share one server.
+        result_ttl: how long results and outcomes are kept (default one hour).
+        dead_letter_maxlen: the approximate cap of each queue's dead-letter stream.
+        socket_timeout: how long one command may wait for the server before it fails.
+        connect_timeout: how long opening a connection may take.
+        enqueue_replicas: when above zero, each enqueue waits until this many replicas
+            acknowledged it (``WAIT``), so a failover cannot lose it.
+        enqueue_replicas_timeout: how long such an enqueue waits for the replicas.
+    """
+
+    url: str
+    namespace: str = "tether"
+    result_ttl: float = 3600.0
+    dead_letter_maxlen: int = 10_000
+    socket_timeout: float = 10.0
+    connect_timeout: float = 5.0
+    enqueue_replicas: int = 0
+    enqueue_replicas_timeout: float = 1.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name("namespace", self.namespace)
+        for key in ("result_ttl", "socket_timeout", "connect_timeout", "enqueue_replicas_timeout"):
+            object.__setattr__(self, key, seconds(getattr(self, key), key))
+        _positive_int("dead_letter_maxlen", self.dead_letter_maxlen, 10)
+        _positive_int("enqueue_replicas", self.enqueue_replicas, 0)
+
+
+def split_queues(value: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(q.strip() for q in value.split(",") if q.strip())
+    return tuple(value)

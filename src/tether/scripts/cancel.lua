@@ -1,0 +1,48 @@
+--[[ cancel: remove a queued or scheduled task, or ask the worker running it to stop.
+
+KEYS[1..3]  the queue's streams, highest priority first
+KEYS[4]     index hash
+KEYS[5]     delayed set
+KEYS[6]     scheduled payloads
+KEYS[7]     the task's result record
+KEYS[8]     the task's done list
+KEYS[9]     the cancel requests of the expected owner
+KEYS[10]    the task's dedup key (released if it still names this task)
+ARGV[1]     group
+ARGV[2]     task id
+ARGV[3]     the owner the caller expects to run it ('' when it does not know yet)
+ARGV[4]     the 'cancelled' record
+ARGV[5]     record ttl ms
+ARGV[6]     cancel request ttl ms
+
+Returns {'cancelled'} when removed, {'requested'} when the owner was asked to stop,
+{'owner', name} when another owner runs it (call again with that owner's key), or
+{'finished'} when the task is neither queued, scheduled nor running.
+]]
+local id = ARGV[2]
+local function finish()
+  redis.call('SET', KEYS[7], ARGV[4], 'PX', ARGV[5])
+  redis.call('RPUSH', KEYS[8], 1)
+  redis.call('PEXPIRE', KEYS[8], ARGV[5])
+  if redis.call('GET', KEYS[10]) == id then redis.call('DEL', KEYS[10]) end
+end
+if redis.call('ZREM', KEYS[5], id) == 1 then
+  redis.call('HDEL', KEYS[6], id)
+  finish()
+  return {'cancelled'}
+end
+local where = redis.call('HGET', KEYS[4], id)
+if not where then return {'finished'} end
+local sidx = tonumber(string.sub(where, 1, 1))
+local eid = string.sub(where, 2)
+local p = redis.call('XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
+if #p == 0 then
+  redis.call('XDEL', KEYS[sidx], eid)
+  redis.call('HDEL', KEYS[4], id)
+  finish()
+  return {'cancelled'}
+end
+if p[1][2] ~= ARGV[3] then return {'owner', p[1][2]} end
+redis.call('SADD', KEYS[9], id)
+redis.call('PEXPIRE', KEYS[9], ARGV[6])
+return {'requested'}

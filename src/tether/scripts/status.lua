@@ -1,0 +1,28 @@
+--[[ status: where a task is now, read in one consistent step.
+
+KEYS[1..3]  the queue's streams, highest priority first
+KEYS[4]     index hash
+KEYS[5]     delayed set
+KEYS[6]     the task's result record
+ARGV[1]     group
+ARGV[2]     task id
+
+Returns {state, detail}: 'running' with the owner, 'queued', 'scheduled', 'retrying' with
+the record of the failed attempt, 'record' with the final record, or 'unknown'.
+]]
+local id = ARGV[2]
+local where = redis.call('HGET', KEYS[4], id)
+if where then
+  local sidx = tonumber(string.sub(where, 1, 1))
+  local eid = string.sub(where, 2)
+  local p = redis.call('XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
+  if #p > 0 then return {'running', p[1][2]} end
+  return {'queued', eid}
+end
+local record = redis.call('GET', KEYS[6])
+if redis.call('ZSCORE', KEYS[5], id) then
+  if record then return {'retrying', record} end
+  return {'scheduled', ''}
+end
+if record then return {'record', record} end
+return {'unknown', ''}

@@ -1,0 +1,283 @@
+"""Maintenance, run by every worker before it fetches: promote due delayed tasks, reclaim
+entries whose owner's lease expired, hand off, remove dead consumers.
+
+No lock guards any of it. Each step is one atomic script that re-checks its conditions,
+so any number of workers may run it at once, and a worker killed in the middle leaves
+nothing behind that stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from .._keys import GROUP
+from .._settings import ABANDONED
+from ..scripts import CLAIM, HANDOFF, PROMOTE, PRUNE
+
+if TYPE_CHECKING:
+    from .._redis import AsyncClient
+    from ._state import Capacity, Delivery, QueueState, WorkerCounters
+
+log = logging.getLogger("tether.worker")
+
+PROMOTE_BATCH = 500
+PROMOTE_ROUNDS = 4
+"""Promotion is batch-bounded: at most this many batches per queue per pass."""
+RECLAIM_PAGES = 10
+"""Pages of XPENDING examined per stream per pass; the cursor carries on next pass."""
+HISTORY_PAGE = 100
+
+Accept = Callable[["QueueState", int, bytes, "bytes | None", int], None]
+
+
+class Maintenance:
+    def __init__(
+        self,
+        *,
+        client: AsyncClient,
+        consumer: str,
+        capacity: Capacity,
+        counters: WorkerCounters,
+        page_size: int,
+        accept: Accept,
+        is_held: Callable[[str, bytes], bool],
+    ) -> None:
+        self._client = client
+        self._me = consumer
+        self._capacity = capacity
+        self._counters = counters
+        self._page = page_size
+        self._accept = accept
+        self._is_held = is_held
+
+    # -- delayed tasks ------------------------------------------------------------------
+
+    async def promote(self, queue: QueueState) -> bool:
+        """Move due tasks into their streams. Returns True if any task is due right now."""
+        for _ in range(PROMOTE_ROUNDS):
+            moved, next_due, now = await PROMOTE(self._client, queue.promote_keys, [PROMOTE_BATCH])
+            self._counters.promoted += moved
+            if next_due is None:
+                queue.next_due = None
+            else:
+                queue.next_due = time.monotonic() + max(0.0, (float(next_due) - now) / 1000)
+            if moved < PROMOTE_BATCH:
+                return False
+        return True
+
+    # -- reclaim ------------------------------------------------------------------------
+
+    async def reclaim(self, queue: QueueState) -> int:
+        """Claim entries of dead owners (and of 'abandoned'), within free capacity."""
+        claimed = 0
+        for sidx in (1, 2, 3):
+            pages = 0
+            while pages < RECLAIM_PAGES and self._capacity.free > 0:
+                pages += 1
+                got, wrapped = await self._reclaim_page(queue, sidx)
+                claimed += got
+                if wrapped:
+                    break
+        return claimed
+
+    async def _reclaim_page(self, queue: QueueState, sidx: int) -> tuple[int, bool]:
+        stream = queue.streams[sidx - 1]
+        start = queue.cursors[sidx - 1]
+        rows = await self._client.xpending_range(stream, GROUP, start, "+", self._page)
+        wrapped = len(rows) < self._page
+        if rows:
+            last = _field(rows[-1], "message_id", 0)
+            queue.cursors[sidx - 1] = "-" if wrapped else "(" + _text(last)
+        else:
+            queue.cursors[sidx - 1] = "-"
+        candidates: list[tuple[bytes, str]] = []
+        for row in rows:
+            owner = _text(_field(row, "consumer", 1))
+            if owner != self._me:
+                candidates.append((_bytes(_field(row, "message_id", 0)), owner))
+        if not candidates:
+            return 0, wrapped
+        owners = sorted({o for _, o in candidates if o != ABANDONED})
+        live: set[str] = set()
+        if owners:
+            values = await self._client.execute_command(
+                "MGET", *(queue.keys.lease(o) for o in owners)
+            )
+            live = {o for o, v in zip(owners, values, strict=True) if v is not None}
+        orphans = [(e, o) for e, o in candidates if o not in live]
+        free = self._capacity.free
+        if not orphans or free <= 0:
+            return 0, wrapped
+        orphans = orphans[:free]
+        keys: list[str] = [stream]
+        lease_index: dict[str, int] = {}
+        args: list[Any] = [GROUP, self._me]
+        for entry_id, owner in orphans:
+            index = 0
+            if owner != ABANDONED:
+                index = lease_index.get(owner, 0)
+                if not index:
+                    keys.append(queue.keys.lease(owner))
+                    index = lease_index[owner] = len(keys)
+            args += (entry_id, owner, index)
+        self._capacity.take(len(orphans))
+        reply = await CLAIM(self._client, keys, args)
+        self._capacity.release(len(orphans))
+        got = 0
+        for i in range(0, len(reply), 4):
+            entry_id, payload, deliveries, owner = reply[i : i + 4]
+            log.info(
+                "claimed entry %s of %s from %s (delivery %d)",
+                _text(entry_id), stream, _text(owner), deliveries,
+            )
+            self._accept(queue, sidx, bytes(entry_id), payload, int(deliveries))
+            got += 1
+        self._counters.claimed += got
+        return got, wrapped
+
+    # -- own entries --------------------------------------------------------------------
+
+    async def read_own(self, queue: QueueState) -> bool:
+        """Re-read this consumer's pending entries that it does not hold (after a restart
+        with the same name, or a fetch whose reply was lost). Returns True when done."""
+        for sidx in (1, 2, 3):
+            stream = queue.streams[sidx - 1]
+            start = "0"
+            while True:
+                free = self._capacity.free
+                if free <= 0:
+                    return False
+                reply = await self._client.execute_command(
+                    "XREADGROUP", "GROUP", GROUP, self._me, "COUNT", min(free, HISTORY_PAGE),
+                    "STREAMS", stream, start,
+                )
+                entries = _stream_entries(reply)
+                counts = await self._delivery_counts(stream, entries)
+                for entry_id, fields in entries:
+                    if self._is_held(stream, entry_id):
+                        continue
+                    if fields is None:  # deleted but still pending (Redis 6.2): nothing to run
+                        await self._client.execute_command("XACK", stream, GROUP, entry_id)
+                        continue
+                    self._accept(queue, sidx, entry_id, fields.get(b"m"), counts.get(entry_id, 1))
+                if len(entries) < min(free, HISTORY_PAGE):
+                    break
+                start = _text(entries[-1][0])
+        return True
+
+    async def _delivery_counts(
+        self, stream: str, entries: list[tuple[bytes, Any]]
+    ) -> dict[bytes, int]:
+        """Delivery counts of own entries, so a restart loop still ends in quarantine."""
+        if not entries:
+            return {}
+        rows = await self._client.xpending_range(
+            stream, GROUP, entries[0][0], entries[-1][0], len(entries), consumername=self._me
+        )
+        return {
+            _bytes(_field(r, "message_id", 0)): int(_field(r, "times_delivered", 3)) for r in rows
+        }
+
+    # -- handoff ------------------------------------------------------------------------
+
+    async def handoff(self, deliveries: Iterable[Delivery]) -> int:
+        by_stream: dict[tuple[QueueState, str], list[Delivery]] = {}
+        for d in deliveries:
+            by_stream.setdefault((d.queue, d.stream), []).append(d)
+        moved = 0
+        for (_, stream), items in by_stream.items():
+            args: list[Any] = [GROUP, self._me]
+            for d in items:
+                args += (d.entry_id, "1" if d.started else "0")
+            moved += int(await HANDOFF(self._client, [stream], args))
+        self._counters.handed_off += moved
+        return moved
+
+    async def own_pending(self, queue: QueueState) -> list[tuple[int, bytes]]:
+        """Every entry this consumer owns on ``queue`` (for the final handoff)."""
+        out: list[tuple[int, bytes]] = []
+        for sidx, stream in enumerate(queue.streams, 1):
+            start = "-"
+            while True:
+                rows = await self._client.xpending_range(
+                    stream, GROUP, start, "+", 1000, consumername=self._me
+                )
+                out += [(sidx, _bytes(_field(r, "message_id", 0))) for r in rows]
+                if len(rows) < 1000:
+                    break
+                start = "(" + _text(_field(rows[-1], "message_id", 0))
+        return out
+
+    # -- housekeeping -------------------------------------------------------------------
+
+    async def prune_consumers(self, queue: QueueState) -> int:
+        """Remove consumers with no lease and no pending entries (checked atomically)."""
+        names: set[str] = set()
+        for stream in queue.streams:
+            try:
+                consumers = await self._client.execute_command("XINFO", "CONSUMERS", stream, GROUP)
+            except ResponseError:
+                continue
+            for c in consumers:
+                info = _as_dict(c)
+                name = _text(info.get("name", b""))
+                if name and name != self._me and int(info.get("pending", 0)) == 0:
+                    names.add(name)
+        removed = 0
+        for name in sorted(names):
+            removed += int(
+                await PRUNE(self._client, [*queue.streams, queue.keys.lease(name)], [GROUP, name])
+            )
+        if removed:
+            log.info("removed %d dead consumers from queue %s", removed, queue.name)
+        self._counters.pruned_consumers += removed
+        return removed
+
+
+# -- reply helpers (redis-py parses some replies into dicts, depending on version) ---------
+
+
+def _field(row: Any, name: str, index: int) -> Any:
+    if isinstance(row, dict):
+        return row[name]
+    return row[index]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {_text(k): v for k, v in value.items()}
+    return {_text(value[i]): value[i + 1] for i in range(0, len(value), 2)}
+
+
+def _stream_entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
+    """Entries of a one-stream XREAD(GROUP) reply, as (id, fields or None)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):  # RESP3
+        entries = next(iter(reply.values()))
+        if entries and isinstance(entries[0], list) and len(entries) == 1 and isinstance(entries[0][0], list):
+            entries = entries[0]
+    else:
+        entries = reply[0][1]
+    out: list[tuple[bytes, dict[bytes, bytes] | None]] = []
+    for entry_id, fields in entries:
+        if fields is None or (isinstance(fields, (list, dict)) and not fields):
+            out.append((_bytes(entry_id), None))
+        elif isinstance(fields, dict):
+            out.append((_bytes(entry_id), fields))
+        else:
+            out.append((_bytes(entry_id), dict(zip(fields[::2], fields[1::2], strict=True))))
+    return out

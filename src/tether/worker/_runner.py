@@ -1,0 +1,353 @@
+"""Running deliveries: a bounded set of running tasks and a buffer ordered by priority.
+
+Async tasks run on the event loop; plain functions in a thread pool of ``concurrency``
+threads. A sync task past its timeout cannot be killed inside its thread: its outcome is
+recorded as timed out, and its slot stays taken until the thread really returns, so the
+worker never runs more than ``concurrency`` things at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from .._context import TaskContext, _current
+from .._envelope import BadEnvelope, Envelope
+from .._errors import Retry
+from .._middleware import call_hooks
+from .._settings import PRIORITIES
+from ._outcome import Outcome, error_fields, make_record
+
+if TYPE_CHECKING:
+    from .._app import Tether
+    from .._task import Task
+    from ._state import Delivery, WorkerCounters
+
+log = logging.getLogger("tether.worker")
+
+
+class TaskTimeout(TimeoutError):
+    """The task ran past its timeout."""
+
+    slot_kept = False
+    """True when a sync task's thread still runs and keeps its slot until it returns."""
+
+
+class Runner:
+    def __init__(
+        self,
+        app: Tether,
+        *,
+        concurrency: int,
+        worker_name: str,
+        max_deliveries: int,
+        counters: WorkerCounters,
+        settle: Callable[[Delivery, Outcome], None],
+    ) -> None:
+        self.app = app
+        self.concurrency = concurrency
+        self.worker_name = worker_name
+        self.max_deliveries = max_deliveries
+        self.counters = counters
+        self._settle = settle
+        self.buffers: tuple[deque[Delivery], ...] = (deque(), deque(), deque())
+        self.running: dict[Delivery, asyncio.Task[None]] = {}
+        self.busy = 0
+        """Slots in use: running tasks plus threads still busy past their timeout."""
+        self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="tether-task")
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._shutting_down = False
+        self._loop = asyncio.get_running_loop()
+        self._default_result_ttl_ms = int(app.settings.result_ttl * 1000)
+
+    # -- admission ----------------------------------------------------------------------
+
+    def submit(self, delivery: Delivery) -> None:
+        if self.busy < self.concurrency:
+            self._start(delivery)
+        else:
+            self.buffers[delivery.sidx - 1].append(delivery)
+
+    def _start(self, delivery: Delivery) -> None:
+        self.busy += 1
+        self._idle.clear()
+        delivery.started = True
+        self.running[delivery] = self._loop.create_task(self._execute(delivery))
+
+    def _free_slot(self) -> None:
+        self.busy -= 1
+        for buffer in self.buffers:
+            if buffer and not self._shutting_down:
+                self._start(buffer.popleft())
+                return
+        if self.busy == 0:
+            self._idle.set()
+
+    def take_buffered(self) -> list[Delivery]:
+        """Remove and return every delivery that has not started (for the handoff)."""
+        out: list[Delivery] = []
+        for buffer in self.buffers:
+            out.extend(buffer)
+            buffer.clear()
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return sum(len(b) for b in self.buffers)
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def cancel_running(self) -> list[Delivery]:
+        """At the end of the grace period: cancel what still runs; return its deliveries."""
+        self._shutting_down = True
+        stuck = list(self.running)
+        for task in self.running.values():
+            task.cancel()
+        return stuck
+
+    def request_cancel(self, task_ids: set[str]) -> None:
+        """A user asked to cancel these tasks: cancel them if they run here."""
+        for delivery, task in list(self.running.items()):
+            env = delivery.envelope
+            if env is not None and env.id in task_ids:
+                delivery.cancel_requested = True
+                task.cancel()
+        for buffer in self.buffers:
+            for delivery in list(buffer):
+                env = delivery.envelope or _peek_envelope(self.app, delivery)
+                if env is not None and env.id in task_ids:
+                    buffer.remove(delivery)
+                    delivery.envelope = env
+                    self._settle(delivery, self._cancelled(delivery, env))
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    # -- execution ----------------------------------------------------------------------
+
+    async def _execute(self, delivery: Delivery) -> None:
+        free_slot = True
+        try:
+            outcome, free_slot = await self._run(delivery)
+        except asyncio.CancelledError:
+            if self._shutting_down and not delivery.cancel_requested:
+                return  # handed off by the shutdown
+            outcome = self._cancelled(delivery, delivery.envelope)
+        except Exception as exc:  # a bug in Tether itself: keep the payload in the dead letters
+            log.exception("internal error running entry %s", delivery.entry_id)
+            outcome = Outcome("dead", a1=f"internal error in the worker: {exc!r}")
+        finally:
+            self.running.pop(delivery, None)
+            if free_slot:
+                self._free_slot()
+        self._settle(delivery, outcome)
+
+    async def _run(self, delivery: Delivery) -> tuple[Outcome, bool]:
+        """Run one delivery; return its outcome and whether its slot is free now."""
+        app = self.app
+        if delivery.deliveries > self.max_deliveries:
+            env = _peek_envelope(app, delivery)
+            self.counters.quarantined += 1
+            reason = f"delivered {delivery.deliveries - 1} times; its workers died"
+            log.error("quarantined entry %s: %s", delivery.entry_id.decode(), reason)
+            return await self._dead(delivery, env, reason), True
+        try:
+            env = Envelope.decode(delivery.payload, app.serializer)
+        except BadEnvelope as bad:
+            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), bad.reason)
+            return await self._dead(delivery, None, bad.reason, bad.task_id), True
+        delivery.envelope = env
+        task = app.tasks.get(env.task)
+        if task is None:
+            reason = f"unknown task {env.task!r}: this worker has no task registered by that name"
+            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
+            return await self._dead(delivery, env, reason), True
+        cfg = task.config
+        opts = env.options
+        retries = opts.get("retries", cfg.retries)
+        ctx = TaskContext(
+            task_id=env.id,
+            task_name=env.task,
+            queue=delivery.queue.name,
+            priority=PRIORITIES[delivery.sidx - 1],
+            attempt=env.attempt,
+            max_attempts=retries + 1,
+            deliveries=delivery.deliveries,
+            enqueued_ms=env.enqueued_ms,
+            worker=self.worker_name,
+        )
+        timeout = opts.get("timeout", cfg.timeout)
+        middleware = app.middleware
+        if middleware:
+            await call_hooks(middleware, "before_run", ctx)
+        token = _current.set(ctx)
+        free_slot = True
+        try:
+            if task.is_async:
+                coro = task.fn(*env.args, **env.kwargs)
+                if timeout is None:
+                    value = await coro
+                else:
+                    value = await _with_timeout(coro, timeout)
+            else:
+                value, free_slot = await self._run_sync(task, env, timeout)
+        except Exception as exc:  # the task's error becomes its outcome
+            if isinstance(exc, TaskTimeout) and exc.slot_kept:
+                free_slot = False
+            outcome = await self._after_failure(delivery, env, task, ctx, exc, retries)
+            return outcome, free_slot
+        finally:
+            _current.reset(token)
+        outcome = self._succeeded(delivery, env, task, value)
+        if middleware:
+            await call_hooks(middleware, "after_run", ctx, outcome.op, value, None)
+        return outcome, free_slot
+
+    async def _run_sync(
+        self, task: Task[Any, Any], env: Envelope, timeout: float | None
+    ) -> tuple[Any, bool]:
+        ctx = contextvars.copy_context()
+        call = functools.partial(ctx.run, task.fn, *env.args, **env.kwargs)
+        future = self._loop.run_in_executor(self._threads, call)
+        if timeout is None:
+            return await future, True
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout), True
+        except asyncio.TimeoutError:
+            # The thread cannot be stopped: keep its slot until it returns.
+            future.add_done_callback(lambda _f: self._free_slot())
+            error = TaskTimeout(f"task {task.name!r} ran past its timeout of {timeout}s")
+            error.slot_kept = True
+            raise error from None
+
+    # -- outcomes -----------------------------------------------------------------------
+
+    def _result_keys(self, delivery: Delivery, env: Envelope, store: bool) -> dict[str, Any]:
+        keys = delivery.queue.keys
+        out: dict[str, Any] = {"task_id": env.id}
+        if store:
+            out["result_key"] = keys.result(env.id)
+            out["done_key"] = keys.done(env.id)
+        key = env.options.get("key")
+        if key is not None:
+            out["dedup_key"] = keys.dedup(key)
+            ttl = env.options.get("key_ttl")
+            out["dedup_hold_ms"] = int(ttl * 1000) if ttl else 0
+        return out
+
+    def _ttl_ms(self, task: Task[Any, Any] | None) -> int:
+        if task is not None and task.config.result_ttl is not None:
+            return int(task.config.result_ttl * 1000)
+        return self._default_result_ttl_ms
+
+    def _store(self, env: Envelope, task: Task[Any, Any] | None) -> bool:
+        default = task.config.store_result if task is not None else True
+        return bool(env.options.get("store_result", default))
+
+    def _succeeded(self, delivery: Delivery, env: Envelope, task: Task[Any, Any], value: Any) -> Outcome:
+        self.counters.succeeded += 1
+        store = self._store(env, task)
+        if not store and "key" not in env.options:
+            return Outcome("ok", env.id)
+        record = b""
+        if store:
+            try:
+                record = make_record(self.app.serializer, "succeeded", env.task, env.attempt, value=value)
+            except Exception as exc:
+                err = error_fields(exc)
+                err["message"] = f"the result ({type(value).__name__}) cannot be serialized: {exc}"
+                record = make_record(self.app.serializer, "failed", env.task, env.attempt, error=err)
+        return Outcome("ok", record=record, ttl_ms=self._ttl_ms(task), **self._result_keys(delivery, env, store))
+
+    async def _after_failure(
+        self,
+        delivery: Delivery,
+        env: Envelope,
+        task: Task[Any, Any],
+        ctx: TaskContext,
+        exc: Exception,
+        retries: int,
+    ) -> Outcome:
+        cfg = task.config
+        err = error_fields(exc)
+        store = self._store(env, task)
+        wants_retry = isinstance(exc, Retry) or isinstance(exc, cfg.retry_on)
+        middleware = self.app.middleware
+        if wants_retry and env.attempt <= retries:
+            delay = exc.delay if isinstance(exc, Retry) and exc.delay is not None else cfg.retry_delay(env.attempt)
+            nxt = Envelope(env.id, env.task, env.args, env.kwargs, env.enqueued_ms, env.attempt + 1, env.options)
+            self.counters.retried += 1
+            log.info(
+                "task %s (%s) attempt %d/%d failed with %s; retrying in %.2fs",
+                env.task, env.id, env.attempt, retries + 1, err["type"], delay,
+            )
+            record = make_record(self.app.serializer, "retrying", env.task, env.attempt, error=err) if store else b""
+            if middleware:
+                await call_hooks(middleware, "on_retry", ctx, exc, delay)
+            keys = self._result_keys(delivery, env, store)
+            return Outcome(
+                "retry", record=record, ttl_ms=self._ttl_ms(task), a1=int(delay * 1000),
+                a2=nxt.encode(self.app.serializer), **keys,
+            )
+        self.counters.failed += 1
+        reason = f"failed on attempt {env.attempt} of {retries + 1}: {err['type']}: {err['message']}"
+        log.warning("task %s (%s) %s", env.task, env.id, reason, exc_info=exc)
+        if middleware:
+            await call_hooks(middleware, "after_run", ctx, "failed", None, exc)
+            await call_hooks(middleware, "on_dead", ctx, env.id, reason)
+        record = make_record(self.app.serializer, "failed", env.task, env.attempt, error=err) if store else b""
+        return Outcome(
+            "fail", record=record, ttl_ms=self._ttl_ms(task), a1=reason,
+            a2=self.app.serializer.dumps(err), **self._result_keys(delivery, env, store),
+        )
+
+    async def _dead(
+        self, delivery: Delivery, env: Envelope | None, reason: str, task_id: str = ""
+    ) -> Outcome:
+        self.counters.dead_lettered += 1
+        if self.app.middleware:
+            await call_hooks(self.app.middleware, "on_dead", None, env.id if env else task_id, reason)
+        if env is None:
+            return Outcome("dead", task_id, a1=reason)
+        task = self.app.tasks.get(env.task)
+        err = {"type": "tether.Dead", "message": reason, "traceback": ""}
+        record = make_record(self.app.serializer, "dead", env.task, env.attempt, error=err)
+        return Outcome(
+            "dead", record=record, ttl_ms=self._ttl_ms(task), a1=reason,
+            a2=self.app.serializer.dumps(err), **self._result_keys(delivery, env, True),
+        )
+
+    def _cancelled(self, delivery: Delivery, env: Envelope | None) -> Outcome:
+        self.counters.cancelled += 1
+        if env is None:
+            return Outcome("cancel")
+        task = self.app.tasks.get(env.task)
+        err = {"type": "asyncio.CancelledError", "message": "cancelled on request", "traceback": ""}
+        record = make_record(self.app.serializer, "cancelled", env.task, env.attempt, error=err)
+        return Outcome("cancel", record=record, ttl_ms=self._ttl_ms(task), **self._result_keys(delivery, env, True))
+
+
+async def _with_timeout(coro: Any, timeout: float) -> Any:
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except asyncio.TimeoutError:
+        raise TaskTimeout(f"the task ran past its timeout of {timeout}s") from None
+
+
+def _peek_envelope(app: Tether, delivery: Delivery) -> Envelope | None:
+    try:
+        return Envelope.decode(delivery.payload, app.serializer)
+    except BadEnvelope:
+        return None
