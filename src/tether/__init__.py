@@ -1,12 +1,12 @@
 """Tether: a Python task queue on Redis Streams that loses no task and robs no live worker.
 
-    from tether import Tether
+from tether import Tether
 
-    app = Tether("redis://localhost:6379/0")
+app = Tether("redis://localhost:6379/0")
 
-    @app.task
-    async def add(x: int, y: int) -> int:
-        return x + y
+@app.task
+async def add(x: int, y: int) -> int:
+    return x + y
 """
 
 from ._app import Tether
@@ -31,13 +31,13 @@ from ._version import __version__
 from .worker import Worker, WorkerCounters
 
 __all__ = [
-    "PRIORITIES",
     "Backoff",
     "ConfigError",
     "EnqueueError",
     "JsonSerializer",
     "Middleware",
     "NotOpen",
+    "PRIORITIES",
     "ResultTimeout",
     "Retry",
     "SerializationError",

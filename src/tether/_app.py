@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from typing_extensions import Self
 
@@ -24,7 +24,6 @@ from .scripts import ENQUEUE
 
 if TYPE_CHECKING:
     from .dead import DeadLetters
-    from .scheduler import Schedule, Scheduler
     from .worker import Worker
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -32,11 +31,12 @@ ENQUEUE_CHUNK = 1000
 """Tasks per enqueue script call: large enough to amortise the round trip, small enough
 not to hold the server for long."""
 
+_PER_TASK = 7
+"""Values per task in the enqueue script's ARGV."""
+
 DEDUP_MAX_HOLD_MS = 24 * 3600 * 1000
 """A dedup key lives at most this long past its task's due time, even if the task never
 reaches an outcome, so no key acts as a lock forever."""
-
-T = TypeVar("T")
 
 
 class _TaskDecorator(Protocol):
@@ -84,7 +84,6 @@ class Tether:
         self.serializer: Serializer = serializer or JsonSerializer()
         self.middleware: tuple[Middleware, ...] = tuple(middleware)
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self.schedules: list[Schedule] = []
         self._keys: dict[str, QueueKeys] = {}
         self._client: AsyncClient | None = None
 
@@ -104,6 +103,8 @@ class Tether:
     @overload
     def task(
         self,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str = "default",
@@ -210,44 +211,23 @@ class Tether:
         self, task: Task[Any, Any], items: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
     ) -> list[TaskHandle[Any]]:
         client = self.client
-        cfg, opts = task.config, task.call_options
-        queue = opts.queue or cfg.queue
+        opts = task.call_options
+        queue = opts.queue or task.config.queue
         keys = self.keys(queue)
-        sidx = PRIORITIES.index(opts.priority or cfg.priority) + 1
-        env_opts = _envelope_options(opts)
-        mode, when = "n", 0
-        if opts.delay is not None:
-            mode, when = "r", int(opts.delay * 1000)
-        elif opts.at_ms is not None:
-            mode, when = "a", opts.at_ms
         script_keys: list[str] = [*keys.streams, keys.index, keys.delayed, keys.scheduled_payloads]
         dedup_index = 0
         if opts.key is not None:
             script_keys.append(keys.dedup(opts.key))
             dedup_index = len(script_keys)
-        now_ms = int(time.time() * 1000)
-        ids: list[str] = []
-        args: list[Any] = []
-        dumps = self.serializer.dumps
-        for call_args, call_kwargs in items:
-            bound = task.bind_arguments(call_args, call_kwargs)
-            task_id = f"{queue}:{uuid.uuid4().hex}"
-            env = Envelope(task_id, task.name, list(call_args), dict(call_kwargs), now_ms, 1, env_opts)
-            try:
-                payload = dumps(env.to_dict())
-            except Exception as exc:
-                raise _serialization_error(self.serializer, task.name, bound, exc) from None
-            ids.append(task_id)
-            args += (task_id, payload, sidx, mode, when, dedup_index, DEDUP_MAX_HOLD_MS)
-        if not ids:
-            return []
+        ids, args = self._encode_calls(task, queue, items, dedup_index)
         replies: list[Any] = []
-        per_task = 7
         for start in range(0, len(ids), ENQUEUE_CHUNK):
-            chunk = args[start * per_task : (start + ENQUEUE_CHUNK) * per_task]
-            chunk_args = [len(chunk) // per_task, *chunk]
+            chunk = args[start * _PER_TASK : (start + ENQUEUE_CHUNK) * _PER_TASK]
+            chunk_args = [len(chunk) // _PER_TASK, *chunk]
             if self.settings.enqueue_replicas:
-                replies += await _lifecycle.enqueue_with_replicas(self, ENQUEUE, script_keys, chunk_args)
+                replies += await _lifecycle.enqueue_with_replicas(
+                    self, ENQUEUE, script_keys, chunk_args
+                )
             else:
                 replies += await ENQUEUE(client, script_keys, chunk_args)
         handles: list[TaskHandle[Any]] = []
@@ -262,6 +242,40 @@ class Tether:
                     await call_hooks(self.middleware, "on_enqueue", task.name, handle.id, queue)
         return handles
 
+    def _encode_calls(
+        self,
+        task: Task[Any, Any],
+        queue: str,
+        items: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
+        dedup_index: int,
+    ) -> tuple[list[str], list[Any]]:
+        """Check and encode every call before anything is sent, so a bad one writes nothing."""
+        opts = task.call_options
+        sidx = PRIORITIES.index(opts.priority or task.config.priority) + 1
+        env_opts = _envelope_options(opts)
+        mode, when = "n", 0
+        if opts.delay is not None:
+            mode, when = "r", int(opts.delay * 1000)
+        elif opts.at_ms is not None:
+            mode, when = "a", opts.at_ms
+        now_ms = int(time.time() * 1000)
+        dumps = self.serializer.dumps
+        ids: list[str] = []
+        args: list[Any] = []
+        for call_args, call_kwargs in items:
+            bound = task.bind_arguments(call_args, call_kwargs)
+            task_id = f"{queue}:{uuid.uuid4().hex}"
+            env = Envelope(
+                task_id, task.name, list(call_args), dict(call_kwargs), now_ms, 1, env_opts
+            )
+            try:
+                payload = dumps(env.to_dict())
+            except Exception as exc:
+                raise _serialization_error(self.serializer, task.name, bound, exc) from None
+            ids.append(task_id)
+            args += (task_id, payload, sidx, mode, when, dedup_index, DEDUP_MAX_HOLD_MS)
+        return ids, args
+
     # -- handles, outcomes ------------------------------------------------------------
 
     def handle(self, task_id: str) -> TaskHandle[Any]:
@@ -269,7 +283,9 @@ class Tether:
         try:
             queue = queue_of_task_id(task_id)
         except ValueError:
-            raise ConfigError(f"{task_id!r} is not a Tether task id (expected <queue>:<hex>)") from None
+            raise ConfigError(
+                f"{task_id!r} is not a Tether task id (expected <queue>:<hex>)"
+            ) from None
         return TaskHandle(self, task_id, queue)
 
     async def _status(self, task_id: str) -> TaskStatus:
@@ -287,24 +303,13 @@ class Tether:
 
         return DeadLetters(self, queue)
 
-    # -- workers and the scheduler ----------------------------------------------------
+    # -- workers ----------------------------------------------------------------------
 
     def worker(self, **settings: Any) -> Worker:
         """A worker for this app; keyword arguments are :class:`WorkerSettings` fields."""
         from .worker import Worker
 
         return Worker(self, WorkerSettings(**settings))
-
-    def periodic(self, **kwargs: Any) -> Callable[[T], T]:
-        """Declare a schedule on a task; see :mod:`tether.scheduler`."""
-        from .scheduler import periodic_decorator
-
-        return periodic_decorator(self, **kwargs)
-
-    def scheduler(self, **kwargs: Any) -> Scheduler:
-        from .scheduler import Scheduler
-
-        return Scheduler(self, **kwargs)
 
 
 def _envelope_options(opts: Any) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class JsonSerializer:
         return self._decode(data)
 
 
-class BadEnvelope(Exception):  # noqa: N818 - internal signal, carries the dead-letter reason
+class BadEnvelope(Exception):
     """An entry that cannot be run; ``reason`` goes to the dead-letter stream."""
 
     def __init__(self, reason: str, task_id: str = "", task: str = "") -> None:
@@ -93,8 +93,9 @@ class Envelope:
             ) from None
         if not isinstance(raw, Mapping):
             raise BadEnvelope(f"the payload is a {type(raw).__name__}, not an envelope object")
-        task_id = raw.get("id") if isinstance(raw.get("id"), str) else ""
-        task = raw.get("task") if isinstance(raw.get("task"), str) else ""
+        raw_id, raw_task = raw.get("id"), raw.get("task")
+        task_id = raw_id if isinstance(raw_id, str) else ""
+        task = raw_task if isinstance(raw_task, str) else ""
         version = raw.get("v")
         if version != ENVELOPE_VERSION:
             raise BadEnvelope(
@@ -113,7 +114,9 @@ class Envelope:
                 options=raw["opts"],
             )
         except KeyError as exc:
-            raise BadEnvelope(f"the envelope lacks the field {exc.args[0]!r}", task_id, task) from None
+            raise BadEnvelope(
+                f"the envelope lacks the field {exc.args[0]!r}", task_id, task
+            ) from None
         if not (
             isinstance(env.id, str)
             and isinstance(env.task, str)

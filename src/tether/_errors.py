@@ -73,7 +73,7 @@ class TaskFailed(TetherError):
         super().__init__(f"task {task_id} {status}: {error_type}: {error_message}")
 
 
-class Retry(Exception):  # noqa: N818 - a request, not an error
+class Retry(Exception):
     """Raise inside a task to ask for another attempt after ``delay`` seconds.
 
     Counts against the task's ``retries``; when they are used up the task fails as if it

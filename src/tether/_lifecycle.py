@@ -30,7 +30,9 @@ def _keys_for(app: Tether, task_id: str) -> QueueKeys:
 async def _raw_status(app: Tether, task_id: str) -> tuple[str, bytes]:
     keys = _keys_for(app, task_id)
     state, detail = await STATUS(
-        app.client, [*keys.streams, keys.index, keys.delayed, keys.result(task_id)], [GROUP, task_id]
+        app.client,
+        [*keys.streams, keys.index, keys.delayed, keys.result(task_id)],
+        [GROUP, task_id],
     )
     return state.decode(), detail
 
@@ -57,7 +59,7 @@ async def wait_result(app: Tether, task_id: str, timeout: float | timedelta | No
     deadline = None if timeout is None else time.monotonic() + timeout
     chunk = max(0.1, min(WAIT_CHUNK, app.settings.socket_timeout - 1))
     while True:
-        raw = await client.get(keys.result(task_id))
+        raw: Any = await client.get(keys.result(task_id))
         if raw is not None:
             record = app.serializer.loads(raw)
             if record["status"] == "succeeded":
@@ -89,15 +91,15 @@ async def wait_result(app: Tether, task_id: str, timeout: float | timedelta | No
 async def _dedup_key_of(app: Tether, keys: QueueKeys, task_id: str) -> str:
     """The dedup key a queued or scheduled task holds, read from its payload."""
     client = app.client
-    payload: bytes | None = None
-    where = await client.hget(keys.index, task_id)
+    payload: Any = None
+    where: Any = await client.hget(keys.index, task_id)
     if where is not None:
         sidx, eid = int(where[:1]), where[1:]
-        rows = await client.xrange(keys.streams[sidx - 1], eid, eid)
+        rows: Any = await client.xrange(keys.streams[sidx - 1], eid, eid)
         if rows:
             payload = rows[0][1].get(b"m")
     else:
-        value = await client.hget(keys.scheduled_payloads, task_id)
+        value: Any = await client.hget(keys.scheduled_payloads, task_id)
         payload = value[1:] if value else None
     try:
         env = Envelope.decode(payload, app.serializer)
@@ -124,10 +126,23 @@ async def cancel(app: Tether, task_id: str) -> bool:
         reply = await CANCEL(
             app.client,
             [
-                *keys.streams, keys.index, keys.delayed, keys.scheduled_payloads,
-                keys.result(task_id), keys.done(task_id), keys.cancels(owner or "-"), dedup_key,
+                *keys.streams,
+                keys.index,
+                keys.delayed,
+                keys.scheduled_payloads,
+                keys.result(task_id),
+                keys.done(task_id),
+                keys.cancels(owner or "-"),
+                dedup_key,
             ],
-            [GROUP, task_id, owner, record, int(app.settings.result_ttl * 1000), CANCEL_REQUEST_TTL_MS],
+            [
+                GROUP,
+                task_id,
+                owner,
+                record,
+                int(app.settings.result_ttl * 1000),
+                CANCEL_REQUEST_TTL_MS,
+            ],
         )
         state = reply[0].decode()
         if state in ("cancelled", "requested"):

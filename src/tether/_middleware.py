@@ -25,7 +25,9 @@ class Middleware:
     async def before_run(self, ctx: TaskContext) -> None:
         """In the worker, just before the task's function is called."""
 
-    async def after_run(self, ctx: TaskContext, status: str, value: Any, error: BaseException | None) -> None:
+    async def after_run(
+        self, ctx: TaskContext, status: str, value: Any, error: BaseException | None
+    ) -> None:
         """After the function returned or raised; ``status`` is the outcome recorded."""
 
     async def on_retry(self, ctx: TaskContext, error: BaseException, delay: float) -> None:

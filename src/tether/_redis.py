@@ -22,6 +22,7 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
@@ -168,14 +169,21 @@ def _hide(url: str) -> str:
     return url
 
 
+def _retry(retries: int, asynchronous: bool) -> Retry | AsyncRetry:
+    """redis-py re-sends a command after a lost connection this many times (async and
+    sync clients need their own Retry classes)."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0) if retries else NoBackoff()
+    return AsyncRetry(backoff, retries) if asynchronous else Retry(backoff, retries)
+
+
 def _common_kwargs(
-    target: Target, socket_timeout: float | None, connect_timeout: float, retries: int
+    target: Target,
+    socket_timeout: float | None,
+    connect_timeout: float,
+    retries: int,
+    asynchronous: bool = True,
 ) -> dict[str, Any]:
-    retry = (
-        Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries)
-        if retries
-        else Retry(NoBackoff(), 0)
-    )
+    retry = _retry(retries, asynchronous)
     kwargs: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
@@ -208,18 +216,19 @@ def async_client(
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             socket_keepalive=True,
-            retry=_common_kwargs(target, socket_timeout, connect_timeout, retries)["retry"],
+            retry=_retry(retries, asynchronous=True),
         )
     kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries)
     if target.kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
-    sentinel = redis.asyncio.sentinel.Sentinel(
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.nodes),
         sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
         **kwargs,
     )
-    return sentinel.master_for(target.service, db=target.db)
+    master: redis.asyncio.Redis = sentinel.master_for(target.service, db=target.db)
+    return master
 
 
 def sync_client(
@@ -236,18 +245,24 @@ def sync_client(
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             socket_keepalive=True,
-            retry=_common_kwargs(target, socket_timeout, connect_timeout, retries)["retry"],
+            retry=_retry(retries, asynchronous=False),
         )
-    kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries)
+    kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries, asynchronous=False)
     if target.kind == "cluster":
-        nodes = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]
+        nodes = [
+            redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call]
+            for h, p in target.nodes
+        ]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
-    sentinel = redis.sentinel.Sentinel(
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.nodes),
         sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
         **kwargs,
     )
-    return sentinel.master_for(target.service, db=target.db)
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, db=target.db
+    )
+    return master
 
 
 def _sentinel_auth(

@@ -40,7 +40,12 @@ class TaskStatus(str, Enum):
 
     @property
     def is_final(self) -> bool:
-        return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED)
+        return self in (
+            TaskStatus.SUCCEEDED,
+            TaskStatus.FAILED,
+            TaskStatus.DEAD,
+            TaskStatus.CANCELLED,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +123,9 @@ class TaskConfig:
             object.__setattr__(self, "result_ttl", seconds(self.result_ttl, "result_ttl"))
         for exc in self.retry_on:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
-                raise ConfigError(f"task {self.name!r}: retry_on holds {exc!r}, not an exception class")
+                raise ConfigError(
+                    f"task {self.name!r}: retry_on holds {exc!r}, not an exception class"
+                )
 
     def retry_delay(self, attempt: int) -> float:
         if isinstance(self.backoff, Backoff):
@@ -138,6 +145,30 @@ def check_timeout(value: float | timedelta, task: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"task {task!r}: timeout={value!r} must be more than zero seconds")
     return float(value)
+
+
+def _timing_changes(
+    task: str, delay: float | timedelta | None, at: datetime | None
+) -> dict[str, Any]:
+    """Validate ``delay`` or ``at`` into the CallOptions fields they set."""
+    if delay is not None and at is not None:
+        raise ConfigError(f"task {task!r}: give delay or at, not both")
+    if delay is not None:
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise ConfigError(f"task {task!r}: delay={delay!r} must be zero or more seconds")
+        return {"delay": float(delay), "at_ms": None}
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise ConfigError(f"task {task!r}: at={at!r} must be a datetime")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise ConfigError(
+                f"task {task!r}: at={at.isoformat()} is a naive datetime; give it a "
+                "time zone, for example datetime.now(timezone.utc)"
+            )
+        return {"at_ms": int(at.timestamp() * 1000), "delay": None}
+    return {}
 
 
 def default_task_name(fn: Callable[..., Any]) -> str:
@@ -204,29 +235,11 @@ class Task(Generic[P, R]):
         later; ``key`` enqueues at most one task per key while one is queued, scheduled or
         running, and ``key_ttl`` keeps the key that long after it finished.
         """
-        current = self._call_options
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] = _timing_changes(self.name, delay, at)
         if queue is not None:
             changes["queue"] = check_name("queue", queue)
         if priority is not None:
             changes["priority"] = check_priority(priority)
-        if delay is not None and at is not None:
-            raise ConfigError(f"task {self.name!r}: give delay or at, not both")
-        if delay is not None:
-            if isinstance(delay, timedelta):
-                delay = delay.total_seconds()
-            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-                raise ConfigError(f"task {self.name!r}: delay={delay!r} must be zero or more seconds")
-            changes["delay"], changes["at_ms"] = float(delay), None
-        if at is not None:
-            if not isinstance(at, datetime):
-                raise ConfigError(f"task {self.name!r}: at={at!r} must be a datetime")
-            if at.tzinfo is None or at.utcoffset() is None:
-                raise ConfigError(
-                    f"task {self.name!r}: at={at.isoformat()} is a naive datetime; give it a "
-                    "time zone, for example datetime.now(timezone.utc)"
-                )
-            changes["at_ms"], changes["delay"] = int(at.timestamp() * 1000), None
         if key is not None:
             if not isinstance(key, str) or not key or len(key) > 512:
                 raise ConfigError(f"task {self.name!r}: key={key!r} must be 1 to 512 characters")
@@ -239,7 +252,7 @@ class Task(Generic[P, R]):
             changes["retries"] = check_retries(retries, self.name)
         if store_result is not None:
             changes["store_result"] = bool(store_result)
-        return Task(self.app, self.fn, self.config, replace(current, **changes))
+        return Task(self.app, self.fn, self.config, replace(self._call_options, **changes))
 
     @property
     def call_options(self) -> CallOptions:
@@ -306,7 +319,7 @@ class TaskHandle(Generic[R]):
         """Wait for the outcome: the value, or :class:`TaskFailed` for failed, dead and
         cancelled tasks. Blocks on Redis (no polling); ``timeout`` raises
         :class:`ResultTimeout`."""
-        return cast(R, await self.app._result(self.id, timeout))
+        return cast("R", await self.app._result(self.id, timeout))
 
     async def cancel(self) -> bool:
         """Cancel the task: a queued or scheduled task is removed; a running async task is

@@ -31,7 +31,9 @@ def load_app(spec: str) -> Tether:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from None
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="APP"
+        ) from None
     app = getattr(module, attr, None)
     if not isinstance(app, Tether):
         raise click.BadParameter(
@@ -72,9 +74,22 @@ def main() -> None:
 
 @main.command()
 @click.argument("app_spec", metavar="APP")
-@click.option("-q", "--queues", default="default", show_default=True, help="Comma-separated queues, read in this order.")
-@click.option("-c", "--concurrency", type=int, default=16, show_default=True, help="Tasks run at once.")
-@click.option("--max-pending", type=int, default=None, help="Entries held unacknowledged (default: concurrency).")
+@click.option(
+    "-q",
+    "--queues",
+    default="default",
+    show_default=True,
+    help="Comma-separated queues, read in this order.",
+)
+@click.option(
+    "-c", "--concurrency", type=int, default=16, show_default=True, help="Tasks run at once."
+)
+@click.option(
+    "--max-pending",
+    type=int,
+    default=None,
+    help="Entries held unacknowledged (default: concurrency).",
+)
 @click.option("--name", default=None, help="Stable consumer name (for example the pod name).")
 @click.option("--burst", is_flag=True, help="Exit once the queues hold nothing that is due.")
 @click.option("--heartbeat-interval", type=float, default=2.0, show_default=True)
@@ -82,9 +97,22 @@ def main() -> None:
 @click.option("--reclaim-interval", type=float, default=1.0, show_default=True)
 @click.option("--stall-timeout", type=float, default=120.0, show_default=True)
 @click.option("--max-deliveries", type=int, default=3, show_default=True)
-@click.option("--shutdown-grace", type=float, default=30.0, show_default=True, help="Seconds running tasks get after SIGTERM.")
-@click.option("--no-scheduler", is_flag=True, help="Do not run the periodic-task scheduler in this worker.")
-@click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--shutdown-grace",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds running tasks get after SIGTERM.",
+)
+@click.option(
+    "--no-scheduler", is_flag=True, help="Do not run the periodic-task scheduler in this worker."
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 @connection_options
 def worker(
     app_spec: str,
@@ -138,21 +166,33 @@ def worker(
 
 @main.command()
 @click.option("--url", envvar="TETHER_URL", help="Use this server instead of an embedded one.")
-@click.option("--workers", type=int, default=2, show_default=True, help="Worker processes to start.")
+@click.option(
+    "--workers", type=int, default=2, show_default=True, help="Worker processes to start."
+)
 @click.option("--tasks", type=int, default=5000, show_default=True, help="Tasks to enqueue.")
-@click.option("--concurrency", type=int, default=32, show_default=True, help="Concurrency per worker.")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Give up after this many seconds.")
+@click.option(
+    "--concurrency", type=int, default=32, show_default=True, help="Concurrency per worker."
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Give up after this many seconds.",
+)
 def demo(url: str | None, workers: int, tasks: int, concurrency: int, timeout: float) -> None:
     """Start a server (embedded unless --url), workers, and a batch of tasks; print the rate."""
     from .demo import run_demo
 
     if workers < 1 or tasks < 1 or concurrency < 1:
         raise click.UsageError("--workers, --tasks and --concurrency must be 1 or more")
-    sys.exit(run_demo(url=url, workers=workers, tasks=tasks, concurrency=concurrency, timeout=timeout))
+    sys.exit(
+        run_demo(url=url, workers=workers, tasks=tasks, concurrency=concurrency, timeout=timeout)
+    )
 
 
 def _register_optional_commands() -> None:
-    from .cli_admin import dead, schedules, scheduler
+    from .cli_admin import dead, scheduler, schedules
 
     main.add_command(dead)
     main.add_command(schedules)

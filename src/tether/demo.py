@@ -40,15 +40,27 @@ def run_demo(*, url: str | None, workers: int, tasks: int, concurrency: int, tim
             procs.append(
                 subprocess.Popen(
                     [
-                        sys.executable, "-m", "tether", "worker", "tether.demo_app:app",
-                        "--queues", "demo", "--concurrency", str(concurrency),
-                        "--name", f"{namespace}-worker-{i}", "--log-level", "WARNING",
+                        sys.executable,
+                        "-m",
+                        "tether",
+                        "worker",
+                        "tether.demo_app:app",
+                        "--queues",
+                        "demo",
+                        "--concurrency",
+                        str(concurrency),
+                        "--name",
+                        f"{namespace}-worker-{i}",
+                        "--log-level",
+                        "WARNING",
                         "--no-scheduler",
                     ],
                     env=env,
                 )
             )
-        console.print(f"started {workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}")
+        console.print(
+            f"started {workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}"
+        )
         return asyncio.run(_drive(url, namespace, tasks, procs, timeout))
     finally:
         for proc in procs:
@@ -58,7 +70,9 @@ def run_demo(*, url: str | None, workers: int, tasks: int, concurrency: int, tim
             console.print(f"stopped the embedded server (pid {server.pid or 'gone'})")
 
 
-async def _drive(url: str, namespace: str, total: int, procs: list[subprocess.Popen[bytes]], timeout: float) -> int:
+async def _drive(
+    url: str, namespace: str, total: int, procs: list[subprocess.Popen[bytes]], timeout: float
+) -> int:
     os.environ["TETHER_URL"], os.environ["TETHER_NAMESPACE"] = url, namespace
     from .demo_app import _done_key, app, checksum, greet, urgent_ping
 
@@ -70,7 +84,10 @@ async def _drive(url: str, namespace: str, total: int, procs: list[subprocess.Po
     done_key = _done_key()
     deadline = time.monotonic() + timeout
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
         console=console,
     ) as progress:
         enq = progress.add_task("enqueued", total=total)
@@ -95,7 +112,9 @@ async def _drive(url: str, namespace: str, total: int, procs: list[subprocess.Po
                 if done >= total:
                     break
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    console.print("[red]the demo did not finish: a worker exited or time ran out[/red]")
+                    console.print(
+                        "[red]the demo did not finish: a worker exited or time ran out[/red]"
+                    )
                     return 1
                 await asyncio.sleep(0.05)
         finished = time.perf_counter()

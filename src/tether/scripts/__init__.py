@@ -33,16 +33,18 @@ class Script:
     async def __call__(
         self, client: AsyncClient, keys: Sequence[Arg], args: Sequence[Arg] = ()
     ) -> Any:
+        run: Any = client.execute_command
         try:
-            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await run("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return await client.execute_command("EVAL", self.text, len(keys), *keys, *args)
+            return await run("EVAL", self.text, len(keys), *keys, *args)
 
     def run_sync(self, client: SyncClient, keys: Sequence[Arg], args: Sequence[Arg] = ()) -> Any:
+        run: Any = client.execute_command
         try:
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return run("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return client.execute_command("EVAL", self.text, len(keys), *keys, *args)
+            return run("EVAL", self.text, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"Script({self.name!r})"
@@ -59,3 +61,4 @@ PRUNE = Script("prune")
 PROMOTE = Script("promote")
 STATUS = Script("status")
 CANCEL = Script("cancel")
+DEAD_RETRY = Script("dead_retry")

@@ -73,7 +73,11 @@ class LeaseKeeper:
                 self.renewals += 1
             except RedisError as exc:
                 if not self._failing:
-                    log.warning("heartbeat cannot reach Redis (%s); retrying every %.1fs", exc, self._interval)
+                    log.warning(
+                        "heartbeat cannot reach Redis (%s); retrying every %.1fs",
+                        exc,
+                        self._interval,
+                    )
                 self._failing = True
                 return False
             if self._failing:

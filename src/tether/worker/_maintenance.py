@@ -133,7 +133,10 @@ class Maintenance:
             entry_id, payload, deliveries, owner = reply[i : i + 4]
             log.info(
                 "claimed entry %s of %s from %s (delivery %d)",
-                _text(entry_id), stream, _text(owner), deliveries,
+                _text(entry_id),
+                stream,
+                _text(owner),
+                deliveries,
             )
             self._accept(queue, sidx, bytes(entry_id), payload, int(deliveries))
             got += 1
@@ -153,8 +156,15 @@ class Maintenance:
                 if free <= 0:
                     return False
                 reply = await self._client.execute_command(
-                    "XREADGROUP", "GROUP", GROUP, self._me, "COUNT", min(free, HISTORY_PAGE),
-                    "STREAMS", stream, start,
+                    "XREADGROUP",
+                    "GROUP",
+                    GROUP,
+                    self._me,
+                    "COUNT",
+                    min(free, HISTORY_PAGE),
+                    "STREAMS",
+                    stream,
+                    start,
                 )
                 entries = _stream_entries(reply)
                 counts = await self._delivery_counts(stream, entries)
@@ -268,7 +278,12 @@ def _stream_entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes] | None]]
         return []
     if isinstance(reply, dict):  # RESP3
         entries = next(iter(reply.values()))
-        if entries and isinstance(entries[0], list) and len(entries) == 1 and isinstance(entries[0][0], list):
+        if (
+            entries
+            and isinstance(entries[0], list)
+            and len(entries) == 1
+            and isinstance(entries[0][0], list)
+        ):
             entries = entries[0]
     else:
         entries = reply[0][1]

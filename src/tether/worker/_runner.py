@@ -256,7 +256,9 @@ class Runner:
         default = task.config.store_result if task is not None else True
         return bool(env.options.get("store_result", default))
 
-    def _succeeded(self, delivery: Delivery, env: Envelope, task: Task[Any, Any], value: Any) -> Outcome:
+    def _succeeded(
+        self, delivery: Delivery, env: Envelope, task: Task[Any, Any], value: Any
+    ) -> Outcome:
         self.counters.succeeded += 1
         store = self._store(env, task)
         if not store and "key" not in env.options:
@@ -264,12 +266,21 @@ class Runner:
         record = b""
         if store:
             try:
-                record = make_record(self.app.serializer, "succeeded", env.task, env.attempt, value=value)
+                record = make_record(
+                    self.app.serializer, "succeeded", env.task, env.attempt, value=value
+                )
             except Exception as exc:
                 err = error_fields(exc)
                 err["message"] = f"the result ({type(value).__name__}) cannot be serialized: {exc}"
-                record = make_record(self.app.serializer, "failed", env.task, env.attempt, error=err)
-        return Outcome("ok", record=record, ttl_ms=self._ttl_ms(task), **self._result_keys(delivery, env, store))
+                record = make_record(
+                    self.app.serializer, "failed", env.task, env.attempt, error=err
+                )
+        return Outcome(
+            "ok",
+            record=record,
+            ttl_ms=self._ttl_ms(task),
+            **self._result_keys(delivery, env, store),
+        )
 
     async def _after_failure(
         self,
@@ -283,34 +294,69 @@ class Runner:
         cfg = task.config
         err = error_fields(exc)
         store = self._store(env, task)
-        wants_retry = isinstance(exc, Retry) or isinstance(exc, cfg.retry_on)
+        wants_retry = isinstance(exc, (Retry, *cfg.retry_on))
         middleware = self.app.middleware
         if wants_retry and env.attempt <= retries:
-            delay = exc.delay if isinstance(exc, Retry) and exc.delay is not None else cfg.retry_delay(env.attempt)
-            nxt = Envelope(env.id, env.task, env.args, env.kwargs, env.enqueued_ms, env.attempt + 1, env.options)
+            delay = (
+                exc.delay
+                if isinstance(exc, Retry) and exc.delay is not None
+                else cfg.retry_delay(env.attempt)
+            )
+            nxt = Envelope(
+                env.id,
+                env.task,
+                env.args,
+                env.kwargs,
+                env.enqueued_ms,
+                env.attempt + 1,
+                env.options,
+            )
             self.counters.retried += 1
             log.info(
                 "task %s (%s) attempt %d/%d failed with %s; retrying in %.2fs",
-                env.task, env.id, env.attempt, retries + 1, err["type"], delay,
+                env.task,
+                env.id,
+                env.attempt,
+                retries + 1,
+                err["type"],
+                delay,
             )
-            record = make_record(self.app.serializer, "retrying", env.task, env.attempt, error=err) if store else b""
+            record = (
+                make_record(self.app.serializer, "retrying", env.task, env.attempt, error=err)
+                if store
+                else b""
+            )
             if middleware:
                 await call_hooks(middleware, "on_retry", ctx, exc, delay)
             keys = self._result_keys(delivery, env, store)
             return Outcome(
-                "retry", record=record, ttl_ms=self._ttl_ms(task), a1=int(delay * 1000),
-                a2=nxt.encode(self.app.serializer), **keys,
+                "retry",
+                record=record,
+                ttl_ms=self._ttl_ms(task),
+                a1=int(delay * 1000),
+                a2=nxt.encode(self.app.serializer),
+                **keys,
             )
         self.counters.failed += 1
-        reason = f"failed on attempt {env.attempt} of {retries + 1}: {err['type']}: {err['message']}"
+        reason = (
+            f"failed on attempt {env.attempt} of {retries + 1}: {err['type']}: {err['message']}"
+        )
         log.warning("task %s (%s) %s", env.task, env.id, reason, exc_info=exc)
         if middleware:
             await call_hooks(middleware, "after_run", ctx, "failed", None, exc)
             await call_hooks(middleware, "on_dead", ctx, env.id, reason)
-        record = make_record(self.app.serializer, "failed", env.task, env.attempt, error=err) if store else b""
+        record = (
+            make_record(self.app.serializer, "failed", env.task, env.attempt, error=err)
+            if store
+            else b""
+        )
         return Outcome(
-            "fail", record=record, ttl_ms=self._ttl_ms(task), a1=reason,
-            a2=self.app.serializer.dumps(err), **self._result_keys(delivery, env, store),
+            "fail",
+            record=record,
+            ttl_ms=self._ttl_ms(task),
+            a1=reason,
+            a2=self.app.serializer.dumps(err),
+            **self._result_keys(delivery, env, store),
         )
 
     async def _dead(
@@ -318,15 +364,21 @@ class Runner:
     ) -> Outcome:
         self.counters.dead_lettered += 1
         if self.app.middleware:
-            await call_hooks(self.app.middleware, "on_dead", None, env.id if env else task_id, reason)
+            await call_hooks(
+                self.app.middleware, "on_dead", None, env.id if env else task_id, reason
+            )
         if env is None:
             return Outcome("dead", task_id, a1=reason)
         task = self.app.tasks.get(env.task)
         err = {"type": "tether.Dead", "message": reason, "traceback": ""}
         record = make_record(self.app.serializer, "dead", env.task, env.attempt, error=err)
         return Outcome(
-            "dead", record=record, ttl_ms=self._ttl_ms(task), a1=reason,
-            a2=self.app.serializer.dumps(err), **self._result_keys(delivery, env, True),
+            "dead",
+            record=record,
+            ttl_ms=self._ttl_ms(task),
+            a1=reason,
+            a2=self.app.serializer.dumps(err),
+            **self._result_keys(delivery, env, True),
         )
 
     def _cancelled(self, delivery: Delivery, env: Envelope | None) -> Outcome:
@@ -336,7 +388,12 @@ class Runner:
         task = self.app.tasks.get(env.task)
         err = {"type": "asyncio.CancelledError", "message": "cancelled on request", "traceback": ""}
         record = make_record(self.app.serializer, "cancelled", env.task, env.attempt, error=err)
-        return Outcome("cancel", record=record, ttl_ms=self._ttl_ms(task), **self._result_keys(delivery, env, True))
+        return Outcome(
+            "cancel",
+            record=record,
+            ttl_ms=self._ttl_ms(task),
+            **self._result_keys(delivery, env, True),
+        )
 
 
 async def _with_timeout(coro: Any, timeout: float) -> Any:

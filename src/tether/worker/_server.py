@@ -39,8 +39,8 @@ async def check_version(client: AsyncClient) -> str:
         version = _s(info.get("redis_version", "0"))
         if parse_version(version) < MIN_VERSION:
             raise ServerError(
-                f"Redis {version} is too old: Tether needs Redis 6.2 or newer (or Valkey), for "
-                "XPENDING ranges, XCLAIM and SET ... GET"
+                f"Redis {version} is too old: Tether needs Redis 6.2 or newer (or Valkey), "
+                "for XPENDING ranges, XCLAIM and SET ... GET"
             )
         if "valkey_version" in info:
             names.add(f"Valkey {_s(info['valkey_version'])}")
@@ -61,8 +61,8 @@ async def check_eviction_policy(client: AsyncClient) -> None:
         policy = _s(node.get("maxmemory-policy", "noeviction"))
         if policy != "noeviction":
             log.warning(
-                "the server's maxmemory-policy is %r, not 'noeviction': under memory pressure Redis "
-                "may evict leases (tasks then run twice) or streams (tasks are lost). Set "
+                "the server's maxmemory-policy is %r, not 'noeviction': under memory pressure "
+                "Redis may evict leases (tasks then run twice) or streams (tasks are lost). Set "
                 "maxmemory-policy noeviction on the servers Tether uses.",
                 policy,
             )

@@ -120,8 +120,18 @@ class Settler:
                     keys.append(o.dedup_key)
                     xk = len(keys)
                 args += (
-                    o.op, delivery.sidx, delivery.entry_id, o.task_id, rk, dk, xk,
-                    o.record, o.ttl_ms, o.a1, o.a2, o.dedup_hold_ms,
+                    o.op,
+                    delivery.sidx,
+                    delivery.entry_id,
+                    o.task_id,
+                    rk,
+                    dk,
+                    xk,
+                    o.record,
+                    o.ttl_ms,
+                    o.a1,
+                    o.a2,
+                    o.dedup_hold_ms,
                 )
             lost = await SETTLE(self._client, keys, args)
             if lost:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,10 +82,8 @@ class Capacity:
         if self.free > 0:
             return
         self._freed.clear()
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._freed.wait(), max(timeout, 0.001))
-        except asyncio.TimeoutError:
-            pass
 
 
 @dataclass

@@ -13,6 +13,7 @@ where a blocking read cannot span slots) repeats:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -64,7 +65,9 @@ class _ReadGroup:
 class Worker:
     """Runs the tasks of an app. ``await worker.run()`` until :meth:`stop` or a signal."""
 
-    def __init__(self, app: Tether, settings: WorkerSettings, *, handle_signals: bool = True) -> None:
+    def __init__(
+        self, app: Tether, settings: WorkerSettings, *, handle_signals: bool = True
+    ) -> None:
         self.app = app
         self.settings = settings
         if settings.reclaim_interval * 1.2 >= app.settings.socket_timeout:
@@ -168,7 +171,9 @@ class Worker:
     def _on_signal(self, sig: signal.Signals) -> None:
         self._signals += 1
         if self._signals > 1:
-            log.warning("second %s: exiting at once; leftovers return when the lease expires", sig.name)
+            log.warning(
+                "second %s: exiting at once; leftovers return when the lease expires", sig.name
+            )
             logging.shutdown()
             os._exit(130)
         log.info("%s received: stopping gracefully (send it again to exit at once)", sig.name)
@@ -190,7 +195,9 @@ class Worker:
                 delay = self._backoff(attempt)
                 log.warning(
                     "Redis at %s is unreachable (%s); retrying in %.1fs",
-                    self.app.target.redacted, exc, delay,
+                    self.app.target.redacted,
+                    exc,
+                    delay,
                 )
                 await self._sleep_unless_stopped(delay)
         return None
@@ -213,7 +220,7 @@ class Worker:
             ttl=s.heartbeat_ttl,
             stall_timeout=s.stall_timeout,
             last_tick=lambda: self._last_tick,
-            on_cancel=lambda ids: self._loop.call_soon_threadsafe(self._on_cancel, ids),
+            on_cancel=self._on_cancel_threadsafe,
             counters=self.counters,
         )
 
@@ -223,9 +230,19 @@ class Worker:
             "worker %s serving queues %s (priorities %s) on %s (%s): concurrency=%d "
             "max_pending=%d heartbeat %.2fs/ttl %.2fs reclaim every %.2fs max_deliveries=%d "
             "shutdown_grace=%.1fs%s",
-            self.name, ",".join(s.queues), ">".join(PRIORITIES), self.app.target.redacted,
-            server, s.concurrency, s.pending_limit, s.heartbeat_interval, s.heartbeat_ttl,
-            s.reclaim_interval, s.max_deliveries, s.shutdown_grace, " burst" if s.burst else "",
+            self.name,
+            ",".join(s.queues),
+            ">".join(PRIORITIES),
+            self.app.target.redacted,
+            server,
+            s.concurrency,
+            s.pending_limit,
+            s.heartbeat_interval,
+            s.heartbeat_ttl,
+            s.reclaim_interval,
+            s.max_deliveries,
+            s.shutdown_grace,
+            " burst" if s.burst else "",
         )
 
     # -- serving ------------------------------------------------------------------------
@@ -250,7 +267,9 @@ class Worker:
         for task in (settler, *loops):
             if task.done() and not task.cancelled() and task.exception() is not None:
                 self._crash = task.exception()
-                log.error("worker %s crashed in %s; handing off and stopping", self.name, task.get_name())
+                log.error(
+                    "worker %s crashed in %s; handing off and stopping", self.name, task.get_name()
+                )
         if settler.done():  # keep settling during the shutdown, whatever happened to it
             settler = asyncio.create_task(self._settler.run(), name="tether-settler")
         await self._shutdown(loops)
@@ -287,7 +306,9 @@ class Worker:
                 if "NOGROUP" not in str(exc):
                     log.exception("unexpected error from Redis; stopping the worker")
                     raise
-                log.warning("consumer groups are missing (server restarted empty?); recreating them")
+                log.warning(
+                    "consumer groups are missing (server restarted empty?); recreating them"
+                )
                 await create_groups(self._client, group.streams)
                 group.resync = True
 
@@ -311,7 +332,9 @@ class Worker:
             if free - got <= 0:
                 break
             entries, last = await FETCH(
-                self._client, queue.streams, [GROUP, self.name, free - got, "1" if want_ids else "0"]
+                self._client,
+                queue.streams,
+                [GROUP, self.name, free - got, "1" if want_ids else "0"],
             )
             last_ids += last
             for i in range(0, len(entries), 3):
@@ -359,15 +382,26 @@ class Worker:
             self._capacity.take(reserved)
             try:
                 reply = await self._client.execute_command(
-                    "XREADGROUP", "GROUP", GROUP, self.name, "COUNT", per_stream,
-                    "BLOCK", block_ms, "STREAMS", *streams, *([">"] * len(streams)),
+                    "XREADGROUP",
+                    "GROUP",
+                    GROUP,
+                    self.name,
+                    "COUNT",
+                    per_stream,
+                    "BLOCK",
+                    block_ms,
+                    "STREAMS",
+                    *streams,
+                    *([">"] * len(streams)),
                 )
             finally:
                 self._capacity.release(reserved)
             for stream, entries in _streams_of(reply):
                 queue, sidx = group.stream_map[stream]
                 for entry_id, fields in entries:
-                    self._accept(queue, sidx, entry_id, None if fields is None else fields.get(b"m"), 1)
+                    self._accept(
+                        queue, sidx, entry_id, None if fields is None else fields.get(b"m"), 1
+                    )
         else:
             # Too little capacity to take one of each: wait without taking anything.
             await self._client.execute_command(
@@ -406,6 +440,10 @@ class Worker:
             held.pop(d.key, None)
         self._capacity.release(len(deliveries))
 
+    def _on_cancel_threadsafe(self, task_ids: list[str]) -> None:
+        """Called by the heartbeat thread."""
+        self._loop.call_soon_threadsafe(self._on_cancel, task_ids)
+
     def _on_cancel(self, task_ids: list[str]) -> None:
         log.info("cancel requested for %s", ", ".join(task_ids))
         self._runner.request_cancel(set(task_ids))
@@ -437,7 +475,11 @@ class Worker:
             moved = await self._maintenance.handoff(deliveries)
             log.info("handed off %d %s entries to '%s'", moved, what, "abandoned")
         except CONNECTION_ERRORS as exc:
-            log.warning("could not hand off %d entries (%s); they return when the lease expires", len(deliveries), exc)
+            log.warning(
+                "could not hand off %d entries (%s); they return when the lease expires",
+                len(deliveries),
+                exc,
+            )
         released = sum(1 for d in deliveries if self._held.pop(d.key, None) is not None)
         self._capacity.release(released)
 
@@ -476,10 +518,8 @@ class Worker:
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         assert self._stop_event is not None
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._stop_event.wait(), delay)
-        except asyncio.TimeoutError:
-            pass
 
 
 def _streams_of(reply: Any) -> list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes] | None]]]]:

@@ -1,0 +1,86 @@
+"""Tasks for worker processes started by the tests. The app reads TETHER_URL and
+TETHER_NAMESPACE; every task records what it did under the namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+from tether import Tether, current_task
+from tether._redis import AsyncClient, async_client, parse_url
+
+app = Tether()
+
+_client: AsyncClient | None = None
+
+
+def _redis() -> AsyncClient:
+    global _client
+    if _client is None:
+        _client = async_client(parse_url(app.settings.url), socket_timeout=10, connect_timeout=5)
+    return _client
+
+
+def runs_key() -> str:
+    return f"{app.namespace}:runs"
+
+
+def starts_key() -> str:
+    return f"{app.namespace}:starts"
+
+
+async def _note(key: str, tag: str) -> None:
+    await _redis().rpush(key, f"{tag}|{os.getpid()}|{current_task().deliveries}")
+
+
+@app.task
+async def record(tag: str) -> str:
+    await _note(runs_key(), tag)
+    return tag
+
+
+@app.task(queue="other")
+async def record_other(tag: str) -> str:
+    await _note(runs_key(), tag)
+    return tag
+
+
+@app.task
+async def slow(tag: str, seconds: float) -> str:
+    await _note(starts_key(), tag)
+    await asyncio.sleep(seconds)
+    await _note(runs_key(), tag)
+    return tag
+
+
+@app.task
+async def hog(tag: str, seconds: float, cpu_seconds: float) -> str:
+    """Runs ``seconds`` in all, blocking the event loop with CPU work for ``cpu_seconds``."""
+    await _note(starts_key(), tag)
+    end = time.monotonic() + cpu_seconds
+    while time.monotonic() < end:
+        sum(i * i for i in range(1000))
+    await asyncio.sleep(max(0.0, seconds - cpu_seconds))
+    await _note(runs_key(), tag)
+    return tag
+
+
+@app.task
+async def suicide(tag: str) -> None:
+    """Kills the worker that runs it: a poison task."""
+    await _note(starts_key(), tag)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task
+def sync_record(tag: str) -> str:
+    import redis
+
+    client = redis.Redis.from_url(app.settings.url)
+    try:
+        client.rpush(runs_key(), f"{tag}|{os.getpid()}|{current_task().deliveries}")
+    finally:
+        client.close()
+    return tag

@@ -1,0 +1,112 @@
+"""The server is unreachable at start or lost mid-run: the worker waits and resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from tether import ServerError, Tether
+from tether._embedded import EmbeddedServer, free_port
+from tether.worker._server import _per_node, check_version
+
+from .conftest import start_server
+from .helpers import eventually, running_worker
+
+
+async def test_worker_waits_for_an_unreachable_server_and_then_runs(
+    server: object, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from .helpers import ServerInfo
+
+    assert isinstance(server, ServerInfo)
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    app = Tether(url, namespace=namespace, connect_timeout=0.5)
+    done: list[int] = []
+
+    @app.task
+    async def job(i: int) -> None:
+        done.append(i)
+
+    caplog.set_level(logging.WARNING, "tether")
+    worker = app.worker(
+        heartbeat_interval=0.1, heartbeat_ttl=0.5, reclaim_interval=0.2, stall_timeout=5
+    )
+    run = asyncio.create_task(worker.run())
+    await eventually(lambda: "is unreachable" in caplog.text, timeout=10)
+    proc = EmbeddedServer(server.process.binary, port=port).start()
+    try:
+        async with app:
+            await job.enqueue(1)
+            await eventually(lambda: done == [1], timeout=20)
+        worker.stop()
+        await asyncio.wait_for(run, 20)
+    finally:
+        proc.cleanup()
+
+
+async def test_worker_survives_a_restart_of_its_server(
+    server: object, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from .helpers import ServerInfo
+
+    assert isinstance(server, ServerInfo)
+    proc = start_server(server.kind)
+    app = Tether(proc.url, namespace=namespace, connect_timeout=0.5)
+    done: list[int] = []
+
+    @app.task
+    async def job(i: int) -> None:
+        done.append(i)
+
+    caplog.set_level(logging.INFO, "tether")
+    try:
+        async with app, running_worker(app):
+            await job.enqueue(1)
+            await eventually(lambda: done == [1])
+            proc.stop(kill=True)
+            await eventually(lambda: "lost the connection to Redis" in caplog.text, timeout=10)
+            await asyncio.sleep(0.5)  # a few failed attempts, without a busy loop
+            proc.start()
+            await eventually(lambda: "reachable again" in caplog.text, timeout=20)
+            # The restarted server is empty: groups are recreated and new work runs.
+            await job.enqueue(2)
+            await eventually(lambda: done == [1, 2], timeout=20)
+    finally:
+        proc.cleanup()
+    attempts = caplog.text.count("Redis still unreachable") + 1
+    assert attempts < 30, "the worker retried in a busy loop"
+
+
+def test_servers_older_than_6_2_are_refused() -> None:
+    async def fake_info(section: str) -> dict[str, str]:
+        return {"redis_version": "6.0.16"}
+
+    class Old:
+        info = staticmethod(fake_info)
+
+    with pytest.raises(ServerError, match=r"Redis 6\.0\.16 is too old: Tether needs Redis 6\.2"):
+        asyncio.run(check_version(Old()))  # type: ignore[arg-type]
+    assert _per_node({"n1": {"redis_version": "7"}, "n2": {"redis_version": "7"}}) == [
+        {"redis_version": "7"},
+        {"redis_version": "7"},
+    ]
+
+
+async def test_eviction_policy_warning(
+    server: object, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from .helpers import ServerInfo
+
+    assert isinstance(server, ServerInfo)
+    proc = start_server(server.kind, ["--maxmemory-policy", "allkeys-lru"])
+    try:
+        app = Tether(proc.url, namespace=namespace)
+        caplog.set_level(logging.WARNING, "tether")
+        async with app, running_worker(app):
+            pass
+        assert "maxmemory-policy is 'allkeys-lru', not 'noeviction'" in caplog.text
+    finally:
+        proc.cleanup()
