@@ -151,3 +151,19 @@ class WorkerProcess:
                 os.kill(self.pid, signal.SIGKILL)
             self.process.wait(10)
         self._log.close()
+
+
+@dataclass(frozen=True)
+class Run:
+    tag: str
+    pid: int
+    deliveries: int
+    at: float
+
+
+def read_runs(client: redis.Redis | Any, key: str) -> list[Run]:
+    out = []
+    for raw in client.lrange(key, 0, -1):
+        tag, pid, deliveries, at = raw.decode().split("|")
+        out.append(Run(tag, int(pid), int(deliveries), float(at)))
+    return out

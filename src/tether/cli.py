@@ -98,6 +98,13 @@ def main() -> None:
 @click.option("--stall-timeout", type=float, default=120.0, show_default=True)
 @click.option("--max-deliveries", type=int, default=3, show_default=True)
 @click.option(
+    "--reclaim-page-size",
+    type=int,
+    default=100,
+    show_default=True,
+    help="Pending entries examined per XPENDING page.",
+)
+@click.option(
     "--shutdown-grace",
     type=float,
     default=30.0,
@@ -126,6 +133,7 @@ def worker(
     reclaim_interval: float,
     stall_timeout: float,
     max_deliveries: int,
+    reclaim_page_size: int,
     shutdown_grace: float,
     no_scheduler: bool,
     log_level: str,
@@ -152,6 +160,7 @@ def worker(
             reclaim_interval=reclaim_interval,
             stall_timeout=stall_timeout,
             max_deliveries=max_deliveries,
+            reclaim_page_size=reclaim_page_size,
             shutdown_grace=shutdown_grace,
             scheduler=not no_scheduler,
         )

@@ -31,8 +31,12 @@ def starts_key() -> str:
     return f"{app.namespace}:starts"
 
 
+def _line(tag: str) -> str:
+    return f"{tag}|{os.getpid()}|{current_task().deliveries}|{time.time():.6f}"
+
+
 async def _note(key: str, tag: str) -> None:
-    await _redis().rpush(key, f"{tag}|{os.getpid()}|{current_task().deliveries}")
+    await _redis().rpush(key, _line(tag))
 
 
 @app.task
@@ -52,7 +56,7 @@ async def slow(tag: str, seconds: float) -> str:
     await _note(starts_key(), tag)
     await asyncio.sleep(seconds)
     await _note(runs_key(), tag)
-    return tag
+    return f"{tag}|{os.getpid()}"
 
 
 @app.task
@@ -80,7 +84,7 @@ def sync_record(tag: str) -> str:
 
     client = redis.Redis.from_url(app.settings.url)
     try:
-        client.rpush(runs_key(), f"{tag}|{os.getpid()}|{current_task().deliveries}")
+        client.rpush(runs_key(), _line(tag))
     finally:
         client.close()
     return tag

@@ -9,8 +9,14 @@ ARGV[3..]   triples: entry id, expected owner, index of the owner's lease in KEY
             (0 for the reserved consumer 'abandoned', which is always claimable)
 
 An entry is claimed only if it is still pending, still owned by the expected owner, and
-that owner's lease is missing. Returns flat: entry id, payload (nil when the entry has no
-'m' field), delivery count after this claim, previous owner, for each claimed entry.
+that owner's lease is missing. The claim keeps the delivery count: for a reclaimed entry
+the count means "started", and the claimer raises it (script 'start') only when it really
+starts the task, so tasks that were merely buffered beside a poison task are not pushed
+toward quarantine. The same script resumes a restarted worker's own entries (expected owner
+= itself, lease index 0).
+
+Returns flat: entry id, payload (nil when the entry has no 'm' field), delivery count,
+previous owner, for each claimed entry.
 ]]
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
 local out = {}
@@ -18,7 +24,7 @@ for i = 3, #ARGV, 3 do
   local eid, owner, lk = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
   if #p == 1 and p[1][2] == owner and (lk == 0 or redis.call('EXISTS', KEYS[lk]) == 0) then
-    local r = redis.call('XCLAIM', stream, group, me, 0, eid)
+    local r = redis.call('XCLAIM', stream, group, me, 0, eid, 'RETRYCOUNT', p[1][4])
     if #r > 0 and r[1] then
       local payload = false
       local f = r[1][2]
@@ -29,7 +35,7 @@ for i = 3, #ARGV, 3 do
       end
       out[#out + 1] = eid
       out[#out + 1] = payload
-      out[#out + 1] = p[1][4] + 1
+      out[#out + 1] = p[1][4]
       out[#out + 1] = owner
     else
       -- the entry was deleted from the stream but left in the PEL (Redis 6.2): nothing to run

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
@@ -32,7 +33,7 @@ RECLAIM_PAGES = 10
 """Pages of XPENDING examined per stream per pass; the cursor carries on next pass."""
 HISTORY_PAGE = 100
 
-Accept = Callable[["QueueState", int, bytes, "bytes | None", int], None]
+Accept = Callable[["QueueState", int, bytes, "bytes | None", int, bool], None]
 
 
 class Maintenance:
@@ -46,6 +47,7 @@ class Maintenance:
         page_size: int,
         accept: Accept,
         is_held: Callable[[str, bytes], bool],
+        watch_settles: Callable[[], AbstractContextManager[set[tuple[str, bytes]]]],
     ) -> None:
         self._client = client
         self._me = consumer
@@ -54,6 +56,7 @@ class Maintenance:
         self._page = page_size
         self._accept = accept
         self._is_held = is_held
+        self._watch_settles = watch_settles
 
     # -- delayed tasks ------------------------------------------------------------------
 
@@ -138,7 +141,7 @@ class Maintenance:
                 _text(owner),
                 deliveries,
             )
-            self._accept(queue, sidx, bytes(entry_id), payload, int(deliveries))
+            self._accept(queue, sidx, bytes(entry_id), payload, int(deliveries), True)
             got += 1
         self._counters.claimed += got
         return got, wrapped
@@ -146,52 +149,45 @@ class Maintenance:
     # -- own entries --------------------------------------------------------------------
 
     async def read_own(self, queue: QueueState) -> bool:
-        """Re-read this consumer's pending entries that it does not hold (after a restart
-        with the same name, or a fetch whose reply was lost). Returns True when done."""
+        """Take up this consumer's pending entries that it does not hold: a restart with the
+        same name resumes its predecessor's work at once, and a fetch whose reply was lost is
+        not stranded. Returns True when every such entry is held."""
         for sidx in (1, 2, 3):
             stream = queue.streams[sidx - 1]
-            start = "0"
+            start = "-"
             while True:
-                free = self._capacity.free
-                if free <= 0:
-                    return False
-                reply = await self._client.execute_command(
-                    "XREADGROUP",
-                    "GROUP",
-                    GROUP,
-                    self._me,
-                    "COUNT",
-                    min(free, HISTORY_PAGE),
-                    "STREAMS",
-                    stream,
-                    start,
+                rows = await self._client.xpending_range(
+                    stream, GROUP, start, "+", HISTORY_PAGE, consumername=self._me
                 )
-                entries = _stream_entries(reply)
-                counts = await self._delivery_counts(stream, entries)
-                for entry_id, fields in entries:
-                    if self._is_held(stream, entry_id):
-                        continue
-                    if fields is None:  # deleted but still pending (Redis 6.2): nothing to run
-                        await self._client.execute_command("XACK", stream, GROUP, entry_id)
-                        continue
-                    self._accept(queue, sidx, entry_id, fields.get(b"m"), counts.get(entry_id, 1))
-                if len(entries) < min(free, HISTORY_PAGE):
+                missing = [
+                    e
+                    for e in (_bytes(_field(r, "message_id", 0)) for r in rows)
+                    if not self._is_held(stream, e)
+                ]
+                free = self._capacity.free
+                if missing and free <= 0:
+                    return False
+                if missing:
+                    await self._resume(queue, sidx, missing[:free])
+                    if len(missing) > free:
+                        return False
+                if len(rows) < HISTORY_PAGE:
                     break
-                start = _text(entries[-1][0])
+                start = "(" + _text(_field(rows[-1], "message_id", 0))
         return True
 
-    async def _delivery_counts(
-        self, stream: str, entries: list[tuple[bytes, Any]]
-    ) -> dict[bytes, int]:
-        """Delivery counts of own entries, so a restart loop still ends in quarantine."""
-        if not entries:
-            return {}
-        rows = await self._client.xpending_range(
-            stream, GROUP, entries[0][0], entries[-1][0], len(entries), consumername=self._me
-        )
-        return {
-            _bytes(_field(r, "message_id", 0)): int(_field(r, "times_delivered", 3)) for r in rows
-        }
+    async def _resume(self, queue: QueueState, sidx: int, entry_ids: list[bytes]) -> None:
+        stream = queue.streams[sidx - 1]
+        args: list[Any] = [GROUP, self._me]
+        for entry_id in entry_ids:
+            args += (entry_id, self._me, 0)
+        # An entry settled while this call is in flight must not be taken up again.
+        with self._watch_settles() as settled:
+            reply = await CLAIM(self._client, [stream], args)
+        for i in range(0, len(reply), 4):
+            entry_id, payload, deliveries = bytes(reply[i]), reply[i + 1], int(reply[i + 2])
+            if not (self._is_held(stream, entry_id) or (stream, entry_id) in settled):
+                self._accept(queue, sidx, entry_id, payload, deliveries, True)
 
     # -- handoff ------------------------------------------------------------------------
 
@@ -203,7 +199,7 @@ class Maintenance:
         for (_, stream), items in by_stream.items():
             args: list[Any] = [GROUP, self._me]
             for d in items:
-                args += (d.entry_id, "1" if d.started else "0")
+                args += (d.entry_id, "1" if d.counted else "0")
             moved += int(await HANDOFF(self._client, [stream], args))
         self._counters.handed_off += moved
         return moved

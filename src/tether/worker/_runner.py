@@ -13,7 +13,7 @@ import contextvars
 import functools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,8 @@ class Runner:
         max_deliveries: int,
         counters: WorkerCounters,
         settle: Callable[[Delivery, Outcome], None],
+        mark_started: Callable[[Delivery], Awaitable[int]],
+        forget: Callable[[Delivery], None],
     ) -> None:
         self.app = app
         self.concurrency = concurrency
@@ -56,7 +58,13 @@ class Runner:
         self.max_deliveries = max_deliveries
         self.counters = counters
         self._settle = settle
+        self._mark_started = mark_started
+        self._forget = forget
         self.buffers: tuple[deque[Delivery], ...] = (deque(), deque(), deque())
+        self.suspects: deque[Delivery] = deque()
+        """Entries started twice or more without an outcome: each runs alone, so a task
+        that kills its worker cannot take innocent neighbours with it."""
+        self._alone: Delivery | None = None
         self.running: dict[Delivery, asyncio.Task[None]] = {}
         self.busy = 0
         """Slots in use: running tasks plus threads still busy past their timeout."""
@@ -70,7 +78,10 @@ class Runner:
     # -- admission ----------------------------------------------------------------------
 
     def submit(self, delivery: Delivery) -> None:
-        if self.busy < self.concurrency:
+        if delivery.suspect and delivery.deliveries >= 2:
+            self.suspects.append(delivery)
+            self._schedule()
+        elif self.busy < self.concurrency and self._alone is None and not self.suspects:
             self._start(delivery)
         else:
             self.buffers[delivery.sidx - 1].append(delivery)
@@ -81,18 +92,31 @@ class Runner:
         delivery.started = True
         self.running[delivery] = self._loop.create_task(self._execute(delivery))
 
-    def _free_slot(self) -> None:
-        self.busy -= 1
+    def _schedule(self) -> None:
+        """Start what may start: a suspect once nothing else runs, else by priority."""
+        if self._shutting_down or self._alone is not None:
+            return
+        if self.suspects:
+            if self.busy == 0:
+                self._alone = self.suspects.popleft()
+                self._start(self._alone)
+            return
         for buffer in self.buffers:
-            if buffer and not self._shutting_down:
+            while buffer and self.busy < self.concurrency:
                 self._start(buffer.popleft())
-                return
+
+    def _free_slot(self, delivery: Delivery) -> None:
+        self.busy -= 1
+        if self._alone is delivery:
+            self._alone = None
+        self._schedule()
         if self.busy == 0:
             self._idle.set()
 
     def take_buffered(self) -> list[Delivery]:
         """Remove and return every delivery that has not started (for the handoff)."""
-        out: list[Delivery] = []
+        out: list[Delivery] = list(self.suspects)
+        self.suspects.clear()
         for buffer in self.buffers:
             out.extend(buffer)
             buffer.clear()
@@ -100,7 +124,7 @@ class Runner:
 
     @property
     def buffered(self) -> int:
-        return sum(len(b) for b in self.buffers)
+        return len(self.suspects) + sum(len(b) for b in self.buffers)
 
     async def wait_idle(self, timeout: float) -> bool:
         try:
@@ -124,7 +148,7 @@ class Runner:
             if env is not None and env.id in task_ids:
                 delivery.cancel_requested = True
                 task.cancel()
-        for buffer in self.buffers:
+        for buffer in (self.suspects, *self.buffers):
             for delivery in list(buffer):
                 env = delivery.envelope or _peek_envelope(self.app, delivery)
                 if env is not None and env.id in task_ids:
@@ -151,29 +175,24 @@ class Runner:
         finally:
             self.running.pop(delivery, None)
             if free_slot:
-                self._free_slot()
-        self._settle(delivery, outcome)
+                self._free_slot(delivery)
+        if outcome is None:
+            self._forget(delivery)
+        else:
+            self._settle(delivery, outcome)
 
-    async def _run(self, delivery: Delivery) -> tuple[Outcome, bool]:
-        """Run one delivery; return its outcome and whether its slot is free now."""
+    async def _run(self, delivery: Delivery) -> tuple[Outcome | None, bool]:
+        """Run one delivery; return its outcome (None when it is no longer ours) and whether
+        its slot is free now."""
         app = self.app
-        if delivery.deliveries > self.max_deliveries:
-            env = _peek_envelope(app, delivery)
-            self.counters.quarantined += 1
-            reason = f"delivered {delivery.deliveries - 1} times; its workers died"
-            log.error("quarantined entry %s: %s", delivery.entry_id.decode(), reason)
-            return await self._dead(delivery, env, reason), True
-        try:
-            env = Envelope.decode(delivery.payload, app.serializer)
-        except BadEnvelope as bad:
-            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), bad.reason)
-            return await self._dead(delivery, None, bad.reason, bad.task_id), True
-        delivery.envelope = env
-        task = app.tasks.get(env.task)
-        if task is None:
-            reason = f"unknown task {env.task!r}: this worker has no task registered by that name"
-            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
-            return await self._dead(delivery, env, reason), True
+        if delivery.suspect:
+            proceed, early = await self._admit_suspect(delivery)
+            if not proceed:
+                return early, True
+        resolved = await self._resolve(delivery)
+        if isinstance(resolved, Outcome):
+            return resolved, True
+        env, task = resolved
         cfg = task.config
         opts = env.options
         retries = opts.get("retries", cfg.retries)
@@ -202,7 +221,7 @@ class Runner:
                 else:
                     value = await _with_timeout(coro, timeout)
             else:
-                value, free_slot = await self._run_sync(task, env, timeout)
+                value, free_slot = await self._run_sync(delivery, task, env, timeout)
         except Exception as exc:  # the task's error becomes its outcome
             if isinstance(exc, TaskTimeout) and exc.slot_kept:
                 free_slot = False
@@ -215,8 +234,39 @@ class Runner:
             await call_hooks(middleware, "after_run", ctx, outcome.op, value, None)
         return outcome, free_slot
 
+    async def _resolve(self, delivery: Delivery) -> tuple[Envelope, Task[Any, Any]] | Outcome:
+        """Decode the entry and find its task, or the dead-letter outcome saying why not."""
+        try:
+            env = Envelope.decode(delivery.payload, self.app.serializer)
+        except BadEnvelope as bad:
+            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), bad.reason)
+            return await self._dead(delivery, None, bad.reason, bad.task_id)
+        delivery.envelope = env
+        task = self.app.tasks.get(env.task)
+        if task is None:
+            reason = f"unknown task {env.task!r}: this worker has no task registered by that name"
+            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
+            return await self._dead(delivery, env, reason)
+        return env, task
+
+    async def _admit_suspect(self, delivery: Delivery) -> tuple[bool, Outcome | None]:
+        """A reclaimed entry: quarantine it if it was started too often, else count this
+        start. Returns (run it, the outcome when not)."""
+        if delivery.deliveries >= self.max_deliveries:
+            env = _peek_envelope(self.app, delivery)
+            self.counters.quarantined += 1
+            reason = f"delivered {delivery.deliveries} times; its workers died"
+            log.error("quarantined entry %s: %s", delivery.entry_id.decode(), reason)
+            return False, await self._dead(delivery, env, reason)
+        count = await self._mark_started(delivery)
+        if count == 0:
+            log.warning("entry %s changed owner before it started", delivery.entry_id.decode())
+            return False, None
+        delivery.deliveries, delivery.counted = count, True
+        return True, None
+
     async def _run_sync(
-        self, task: Task[Any, Any], env: Envelope, timeout: float | None
+        self, delivery: Delivery, task: Task[Any, Any], env: Envelope, timeout: float | None
     ) -> tuple[Any, bool]:
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *env.args, **env.kwargs)
@@ -227,7 +277,7 @@ class Runner:
             return await asyncio.wait_for(asyncio.shield(future), timeout), True
         except asyncio.TimeoutError:
             # The thread cannot be stopped: keep its slot until it returns.
-            future.add_done_callback(lambda _f: self._free_slot())
+            future.add_done_callback(lambda _f: self._free_slot(delivery))
             error = TaskTimeout(f"task {task.name!r} ran past its timeout of {timeout}s")
             error.slot_kept = True
             raise error from None

@@ -43,6 +43,10 @@ class Delivery:
     entry_id: bytes
     payload: bytes | None
     deliveries: int
+    suspect: bool = False
+    """Reclaimed from a dead worker (or resumed after a restart): its count means starts."""
+    counted: bool = True
+    """This worker raised the delivery count (by fetching it, or by starting a suspect)."""
     started: bool = False
     envelope: Envelope | None = None
     cancel_requested: bool = False

@@ -21,6 +21,7 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -31,7 +32,7 @@ from .._errors import ConfigError, TetherError
 from .._keys import GROUP
 from .._redis import AsyncClient, async_client, sync_client
 from .._settings import PRIORITIES, WorkerSettings
-from ..scripts import FETCH
+from ..scripts import FETCH, START
 from ._lease import LeaseKeeper
 from ._maintenance import Maintenance, _stream_entries
 from ._runner import Runner
@@ -82,6 +83,7 @@ class Worker:
         self._handle_signals = handle_signals
         self._held: dict[tuple[str, bytes], Delivery] = {}
         self._late: list[Delivery] = []
+        self._settle_watchers: list[set[tuple[str, bytes]]] = []
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
         self._signals = 0
@@ -134,6 +136,8 @@ class Worker:
                 max_deliveries=s.max_deliveries,
                 counters=self.counters,
                 settle=self._settle_one,
+                mark_started=self._mark_started,
+                forget=self._forget,
             )
             self._settler = Settler(
                 client=self._client,
@@ -151,6 +155,7 @@ class Worker:
                 page_size=s.reclaim_page_size,
                 accept=self._accept,
                 is_held=lambda stream, entry: (stream, entry) in self._held,
+                watch_settles=self._watch_settles,
             )
             lease = self._lease_keeper()
             await asyncio.to_thread(lease.renew)
@@ -338,7 +343,7 @@ class Worker:
             )
             last_ids += last
             for i in range(0, len(entries), 3):
-                self._accept(queue, entries[i], entries[i + 1], entries[i + 2], 1)
+                self._accept(queue, entries[i], entries[i + 1], entries[i + 2])
             got += len(entries) // 3
         if got or self._stopping:
             return
@@ -399,9 +404,8 @@ class Worker:
             for stream, entries in _streams_of(reply):
                 queue, sidx = group.stream_map[stream]
                 for entry_id, fields in entries:
-                    self._accept(
-                        queue, sidx, entry_id, None if fields is None else fields.get(b"m"), 1
-                    )
+                    payload = None if fields is None else fields.get(b"m")
+                    self._accept(queue, sidx, entry_id, payload)
         else:
             # Too little capacity to take one of each: wait without taking anything.
             await self._client.execute_command(
@@ -417,9 +421,15 @@ class Worker:
     # -- deliveries ---------------------------------------------------------------------
 
     def _accept(
-        self, queue: QueueState, sidx: int, entry_id: bytes, payload: bytes | None, deliveries: int
+        self,
+        queue: QueueState,
+        sidx: int,
+        entry_id: bytes,
+        payload: bytes | None,
+        deliveries: int = 1,
+        suspect: bool = False,
     ) -> None:
-        delivery = Delivery(queue, sidx, entry_id, payload, deliveries)
+        delivery = Delivery(queue, sidx, entry_id, payload, deliveries, suspect, not suspect)
         key = delivery.key
         if key in self._held:  # already running here (a resync raced a fetch): keep one
             return
@@ -434,11 +444,32 @@ class Worker:
     def _settle_one(self, delivery: Delivery, outcome: Any) -> None:
         self._settler.add(delivery, outcome)
 
+    async def _mark_started(self, delivery: Delivery) -> int:
+        count = await START(self._client, [delivery.stream], [GROUP, self.name, delivery.entry_id])
+        return int(count)
+
+    def _forget(self, delivery: Delivery) -> None:
+        """Drop a delivery that is no longer ours, without settling it."""
+        if self._held.pop(delivery.key, None) is not None:
+            self._capacity.release(1)
+
     def _on_settled(self, deliveries: list[Delivery]) -> None:
         held = self._held
         for d in deliveries:
             held.pop(d.key, None)
+        for watcher in self._settle_watchers:
+            watcher.update(d.key for d in deliveries)
         self._capacity.release(len(deliveries))
+
+    @contextlib.contextmanager
+    def _watch_settles(self) -> Iterator[set[tuple[str, bytes]]]:
+        """Collect the keys of entries settled while the block runs."""
+        seen: set[tuple[str, bytes]] = set()
+        self._settle_watchers.append(seen)
+        try:
+            yield seen
+        finally:
+            self._settle_watchers.remove(seen)
 
     def _on_cancel_threadsafe(self, task_ids: list[str]) -> None:
         """Called by the heartbeat thread."""
@@ -492,7 +523,7 @@ class Worker:
                 if own:
                     leftovers = [
                         self._held.get((queue.streams[sidx - 1], eid))
-                        or Delivery(queue, sidx, eid, None, 0)
+                        or Delivery(queue, sidx, eid, None, 0, counted=False)
                         for sidx, eid in own
                     ]
                     await self._hand_off(leftovers, "left over")
