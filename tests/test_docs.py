@@ -26,18 +26,27 @@ def examples() -> list[tuple[str, str, str]]:
             marker = (match.group("marker") or "").strip()
             if marker == "not-runnable":
                 continue
-            expected = marker.removeprefix("output:").strip() if marker.startswith("output:") else ""
+            expected = (
+                marker.removeprefix("output:").strip() if marker.startswith("output:") else ""
+            )
             out.append((f"{path.name}#{i + 1}", match.group("code"), expected))
     return out
 
 
 @pytest.mark.parametrize(("where", "code", "expected"), examples(), ids=[e[0] for e in examples()])
-def test_example_runs(url: str, namespace: str, tmp_path: Path, where: str, code: str, expected: str) -> None:
+def test_example_runs(
+    url: str, namespace: str, tmp_path: Path, where: str, code: str, expected: str
+) -> None:
     script = tmp_path / "example.py"
     script.write_text(code)
     env = {**os.environ, "TETHER_URL": url, "TETHER_NAMESPACE": namespace, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
     if expected:
