@@ -145,9 +145,15 @@ class Runner:
         """A user asked to cancel these tasks: cancel them if they run here."""
         for delivery, task in list(self.running.items()):
             env = delivery.envelope
-            if env is not None and env.id in task_ids:
-                delivery.cancel_requested = True
-                task.cancel()
+            if env is None or env.id not in task_ids:
+                continue
+            fn = self.app.tasks.get(env.task)
+            if fn is not None and not fn.is_async:
+                # A thread cannot be interrupted: let it finish and record its real outcome.
+                log.warning("task %s runs in a thread and cannot be cancelled; it runs to the end", env.id)
+                continue
+            delivery.cancel_requested = True
+            task.cancel()
         for buffer in (self.suspects, *self.buffers):
             for delivery in list(buffer):
                 env = delivery.envelope or _peek_envelope(self.app, delivery)
