@@ -35,7 +35,8 @@ local where = redis.call('HGET', KEYS[4], id)
 if not where then return {'finished'} end
 local sidx = tonumber(string.sub(where, 1, 1))
 local eid = string.sub(where, 2)
-local p = redis.call('XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
+local ok, p = pcall(redis.call, 'XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
+if not ok then p = {} end  -- no group yet: nobody has read it
 if #p == 0 then
   redis.call('XDEL', KEYS[sidx], eid)
   redis.call('HDEL', KEYS[4], id)

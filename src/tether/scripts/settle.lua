@@ -56,8 +56,10 @@ for i = 0, n - 1 do
           if f[j] == 'm' then payload = f[j + 1] end
         end
       end
+      local status = 'dead'
+      if op == 'fail' then status = 'failed' end
       redis.call('XADD', KEYS[7], 'MAXLEN', '~', dead_cap, '*', 'm', payload, 'id', tid,
-                 'status', op, 'reason', a1, 'error', a2, 'queue_stream', stream,
+                 'status', status, 'reason', a1, 'error', a2, 'queue_stream', stream,
                  'entry', eid, 'deliveries', p[1][4], 'at', clock())
     end
     redis.call('XACK', stream, group, eid)

@@ -15,8 +15,9 @@ local where = redis.call('HGET', KEYS[4], id)
 if where then
   local sidx = tonumber(string.sub(where, 1, 1))
   local eid = string.sub(where, 2)
-  local p = redis.call('XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
-  if #p > 0 then return {'running', p[1][2]} end
+  -- no group yet (no worker ever read this stream): the task is queued
+  local ok, p = pcall(redis.call, 'XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
+  if ok and #p > 0 then return {'running', p[1][2]} end
   return {'queued', eid}
 end
 local record = redis.call('GET', KEYS[6])

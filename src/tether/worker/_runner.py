@@ -150,7 +150,9 @@ class Runner:
             fn = self.app.tasks.get(env.task)
             if fn is not None and not fn.is_async:
                 # A thread cannot be interrupted: let it finish and record its real outcome.
-                log.warning("task %s runs in a thread and cannot be cancelled; it runs to the end", env.id)
+                log.warning(
+                    "task %s runs in a thread and cannot be cancelled; it runs to the end", env.id
+                )
                 continue
             delivery.cancel_requested = True
             task.cancel()
