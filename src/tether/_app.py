@@ -24,6 +24,8 @@ from .scripts import ENQUEUE
 
 if TYPE_CHECKING:
     from .dead import DeadLetters
+    from .scheduler import Schedule, Scheduler, Schedules
+    from .scheduler._schedule import Missed
     from .worker import Worker
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -84,6 +86,7 @@ class Tether:
         self.serializer: Serializer = serializer or JsonSerializer()
         self.middleware: tuple[Middleware, ...] = tuple(middleware)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.declared_schedules: list[Schedule] = []
         self._keys: dict[str, QueueKeys] = {}
         self._client: AsyncClient | None = None
 
@@ -303,13 +306,58 @@ class Tether:
 
         return DeadLetters(self, queue)
 
-    # -- workers ----------------------------------------------------------------------
+    # -- workers and the scheduler ----------------------------------------------------
 
     def worker(self, **settings: Any) -> Worker:
         """A worker for this app; keyword arguments are :class:`WorkerSettings` fields."""
         from .worker import Worker
 
         return Worker(self, WorkerSettings(**settings))
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: Missed = "latest",
+        catchup_limit: int = 10,
+        overlap: bool = True,
+        run_at_startup: bool = False,
+        grace: float = 5.0,
+    ) -> Callable[[Task[P, R]], Task[P, R]]:
+        """Run a task periodically: put ``@app.periodic(cron=... | every=...)`` on top of
+        ``@app.task``; stack several for several schedules. See :class:`tether.scheduler.Schedule`
+        for the options."""
+
+        def declare(task: Task[P, R]) -> Task[P, R]:
+            schedule = self.schedules.build(
+                task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
+                missed=missed, catchup_limit=catchup_limit, overlap=overlap,
+                run_at_startup=run_at_startup, grace=grace,
+            )  # fmt: skip
+            if schedule.name in {s.name for s in self.declared_schedules}:
+                raise ConfigError(f"a schedule named {schedule.name!r} is declared already")
+            self.declared_schedules.append(schedule)
+            return task
+
+        return declare
+
+    @property
+    def schedules(self) -> Schedules:
+        """Runtime control of schedules: add, remove, pause, resume, trigger, list, leader."""
+        from .scheduler import Schedules
+
+        return Schedules(self)
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        """A scheduler instance (workers run one themselves unless told not to)."""
+        from .scheduler import Scheduler
+
+        return Scheduler(self, **options)
 
 
 def _envelope_options(opts: Any) -> dict[str, Any]:

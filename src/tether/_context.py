@@ -25,6 +25,10 @@ class TaskContext:
     deliveries: int
     enqueued_ms: int
     worker: str
+    schedule: str | None = None
+    """The schedule that enqueued this run, if any."""
+    scheduled_for_ms: int | None = None
+    """The schedule tick this run is for (unix ms), if any."""
 
 
 _current: ContextVar[TaskContext | None] = ContextVar("tether_task", default=None)

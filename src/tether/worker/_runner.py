@@ -214,6 +214,8 @@ class Runner:
             deliveries=delivery.deliveries,
             enqueued_ms=env.enqueued_ms,
             worker=self.worker_name,
+            schedule=opts.get("schedule"),
+            scheduled_for_ms=opts.get("tick"),
         )
         timeout = opts.get("timeout", cfg.timeout)
         middleware = app.middleware

@@ -265,6 +265,15 @@ class Worker:
             asyncio.create_task(self._fetch_loop(g), name=f"tether-fetch[{g.name}]")
             for g in self._read_groups()
         ]
+        scheduler_stop = asyncio.Event()
+        scheduler = None
+        if self.settings.scheduler:
+            from ..scheduler import Scheduler
+
+            scheduler = asyncio.create_task(
+                Scheduler(self.app, client=self._client, identity=self.name).run(scheduler_stop),
+                name="tether-scheduler",
+            )
         self.ready.set()
         stop = asyncio.create_task(self._stop_event.wait())
         await asyncio.wait([stop, settler, *loops], return_when=asyncio.FIRST_COMPLETED)
@@ -277,6 +286,9 @@ class Worker:
                 )
         if settler.done():  # keep settling during the shutdown, whatever happened to it
             settler = asyncio.create_task(self._settler.run(), name="tether-settler")
+        scheduler_stop.set()  # resign first, so another instance leads at once
+        if scheduler is not None:
+            await asyncio.wait([scheduler], timeout=5)
         await self._shutdown(loops)
         stop.cancel()
         ticker.cancel()

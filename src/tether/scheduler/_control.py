@@ -1,0 +1,227 @@
+"""Runtime control of schedules, stored in Redis and seen by every replica within one
+scheduler pass: add, remove, pause, resume, trigger, list, and who leads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigError
+from .._keys import scheduler_tag
+from ._schedule import Missed, Schedule
+
+if TYPE_CHECKING:
+    from .._app import Tether
+    from .._task import Task, TaskHandle
+
+
+@dataclass(frozen=True)
+class SchedulerKeys:
+    leader: str
+    definitions: str
+    paused: str
+    version: str
+
+    @classmethod
+    def of(cls, namespace: str) -> SchedulerKeys:
+        tag = scheduler_tag(namespace)
+        return cls(f"{tag}:leader", f"{tag}:defs", f"{tag}:paused", f"{tag}:version")
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """One schedule as ``tether schedules`` shows it."""
+
+    schedule: Schedule
+    source: str
+    """'code' (declared with @app.periodic) or 'runtime' (added with Schedules.add)."""
+    paused: bool
+    next_run: datetime | None
+    last_run: datetime | None
+    last_task_id: str | None
+    last_outcome: str | None
+
+
+async def load_runtime(app: Tether, keys: SchedulerKeys) -> tuple[list[Schedule], set[str]]:
+    client = app.client
+    raw: Any = await client.hgetall(keys.definitions)
+    schedules = []
+    for value in raw.values():
+        try:
+            schedules.append(Schedule.from_json(value))
+        except (ConfigError, ValueError, TypeError):
+            continue
+    paused: Any = await client.smembers(keys.paused)
+    return schedules, {p.decode() if isinstance(p, bytes) else str(p) for p in paused}
+
+
+class Schedules:
+    """``app.schedules``: declare-time list plus runtime control."""
+
+    def __init__(self, app: Tether) -> None:
+        self.app = app
+        self.keys = SchedulerKeys.of(app.namespace)
+
+    def build(
+        self,
+        task: Task[Any, Any],
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: Missed = "latest",
+        catchup_limit: int = 10,
+        overlap: bool = True,
+        run_at_startup: bool = False,
+        grace: float = 5.0,
+    ) -> Schedule:
+        from .._task import Task
+
+        if not isinstance(task, Task):
+            raise ConfigError(
+                f"{task!r} is not a task: apply @app.periodic on top of @app.task, or pass a task"
+            )
+        if self.app.tasks.get(task.name) is None:
+            raise ConfigError(f"schedule names task {task.name!r}, which this app does not know")
+        if isinstance(every, timedelta):
+            every = every.total_seconds()
+        spec = cron if cron is not None else f"every {every}s"
+        opts = task.call_options
+        return Schedule(
+            name=name or f"{task.name}@{spec}",
+            task=task.name,
+            queue=opts.queue or task.config.queue,
+            priority=opts.priority or task.config.priority,
+            cron=cron,
+            every=every,
+            tz=tz,
+            args=tuple(args),
+            kwargs=dict(kwargs or {}),
+            missed=missed,
+            catchup_limit=catchup_limit,
+            overlap=overlap,
+            run_at_startup=run_at_startup,
+            grace=grace,
+        )
+
+    async def add(self, task: Task[Any, Any], **options: Any) -> Schedule:
+        """Add a schedule at runtime (same options as ``@app.periodic``)."""
+        schedule = self.build(task, **options)
+        if schedule.name in {s.name for s in self.app.declared_schedules}:
+            raise ConfigError(f"schedule {schedule.name!r} is declared in code already")
+        client = self.app.client
+        await client.hset(self.keys.definitions, schedule.name, schedule.to_json())
+        await client.incr(self.keys.version)
+        return schedule
+
+    async def remove(self, name: str) -> bool:
+        """Remove a schedule added at runtime; declared ones are removed from the code."""
+        if name in {s.name for s in self.app.declared_schedules}:
+            raise ConfigError(
+                f"schedule {name!r} is declared in code: pause it, or delete it there"
+            )
+        client = self.app.client
+        removed = bool(await client.hdel(self.keys.definitions, name))
+        await client.srem(self.keys.paused, name)
+        await client.incr(self.keys.version)
+        return removed
+
+    async def pause(self, name: str) -> None:
+        """Skip the schedule's ticks until it is resumed (paused ticks are not replayed)."""
+        await self._get(name)
+        await self.app.client.sadd(self.keys.paused, name)
+        await self.app.client.incr(self.keys.version)
+
+    async def resume(self, name: str) -> None:
+        await self._get(name)
+        await self.app.client.srem(self.keys.paused, name)
+        await self.app.client.incr(self.keys.version)
+
+    async def trigger(self, name: str) -> TaskHandle[Any]:
+        """Enqueue a run now, outside the schedule's ticks."""
+        schedule = await self._get(name)
+        task = self.app.tasks.get(schedule.task)
+        if task is None:
+            raise ConfigError(f"schedule {name!r} names task {schedule.task!r}, unknown here")
+        bound = task.options(queue=schedule.queue, priority=schedule.priority)
+        handles = await self.app._enqueue(bound, [(schedule.args, schedule.kwargs)])
+        return handles[0]
+
+    async def leader(self) -> str | None:
+        """The instance that leads now (``host-pid:token``), or None."""
+        raw: Any = await self.app.client.get(self.keys.leader)
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def all(self) -> list[Schedule]:
+        runtime, _ = await load_runtime(self.app, self.keys)
+        declared = list(self.app.declared_schedules)
+        names = {s.name for s in declared}
+        return declared + [s for s in runtime if s.name not in names]
+
+    async def list(self, now: datetime | None = None) -> list[ScheduleInfo]:
+        """Every schedule with its next run, last run and last outcome."""
+        from .._errors import TaskNotFound
+
+        now = now or datetime.now(timezone.utc)
+        now_ms = int(now.timestamp() * 1000)
+        declared = {s.name for s in self.app.declared_schedules}
+        _, paused = await load_runtime(self.app, self.keys)
+        out: list[ScheduleInfo] = []
+        for schedule in await self.all():
+            raw: Any = await self.app.client.hget(
+                self.app.keys(schedule.queue).schedules, schedule.name
+            )
+            last_tick = last_id = None
+            if raw:
+                tick_text, _, last_id = (raw.decode() if isinstance(raw, bytes) else raw).partition(
+                    "|"
+                )
+                last_tick = int(tick_text)
+                last_id = last_id or None
+            outcome = None
+            if last_id:
+                try:
+                    outcome = (await self.app.handle(last_id).status()).value
+                except TaskNotFound:
+                    outcome = "expired"
+            next_ms = next(schedule.ticks_after(max(now_ms, last_tick or 0)))
+            out.append(
+                ScheduleInfo(
+                    schedule=schedule,
+                    source="code" if schedule.name in declared else "runtime",
+                    paused=schedule.name in paused,
+                    next_run=_dt(next_ms),
+                    last_run=_dt(last_tick) if last_id else None,
+                    last_task_id=last_id,
+                    last_outcome=outcome,
+                )
+            )
+        return out
+
+    async def _get(self, name: str) -> Schedule:
+        for schedule in await self.all():
+            if schedule.name == name:
+                return schedule
+        raise ConfigError(f"no schedule named {name!r}")
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def describe(info: ScheduleInfo) -> dict[str, Any]:
+    return {
+        "name": info.schedule.name,
+        "task": info.schedule.task,
+        "spec": info.schedule.spec,
+        "source": info.source,
+        "paused": info.paused,
+        "next_run": info.next_run.isoformat() if info.next_run else None,
+        "last_run": info.last_run.isoformat() if info.last_run else None,
+        "last_task_id": info.last_task_id,
+        "last_outcome": info.last_outcome,
+    }

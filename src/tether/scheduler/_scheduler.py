@@ -1,0 +1,234 @@
+"""The scheduler: one leader among all instances enqueues each schedule's ticks.
+
+Every worker runs one by default (``tether worker --no-scheduler`` opts out), or it runs
+alone (``tether scheduler myapp:app``). Leadership is a lease with an expiry, extended only by
+its holder and released only by its holder; a follower takes over within the lease TTL after
+the leader dies. Leadership is an optimisation, not the guarantee: each tick is enqueued by the
+``tick`` script, which refuses a tick already handled, so two instances that both believe they
+lead still enqueue each tick once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._envelope import Envelope
+from .._settings import PRIORITIES
+from ..scripts import LEAD, RELEASE, TICK
+from ._control import SchedulerKeys, load_runtime
+
+if TYPE_CHECKING:
+    from .._app import Tether
+    from .._redis import AsyncClient
+    from ._schedule import Schedule
+
+log = logging.getLogger("tether.scheduler")
+
+
+class Scheduler:
+    """Runs the periodic schedules of an app; safe to run in many processes at once.
+
+    ``loop_interval`` is how often the leader looks for due ticks (and the most a runtime
+    change waits to be seen); ``leader_ttl`` how long a dead leader keeps the role.
+    """
+
+    def __init__(
+        self,
+        app: Tether,
+        *,
+        loop_interval: float = 0.5,
+        leader_ttl: float = 10.0,
+        identity: str | None = None,
+        clock: Callable[[], float] = time.time,
+        client: AsyncClient | None = None,
+    ) -> None:
+        if not 0 < loop_interval < leader_ttl / 2:
+            raise ValueError("loop_interval must be above zero and below half of leader_ttl")
+        self.app = app
+        self.loop_interval = loop_interval
+        self.leader_ttl = leader_ttl
+        host = socket.gethostname().split(".")[0]
+        self.holder = f"{identity or f'{host}-{os.getpid()}'}:{secrets.token_hex(4)}"
+        self.keys = SchedulerKeys.of(app.namespace)
+        self._clock = clock
+        self._client = client
+        self.is_leader = False
+        self._renew_at = 0.0
+        self._version: Any = b"-"
+        self._schedules: list[Schedule] = []
+        self._paused: set[str] = set()
+        self._markers: dict[str, int | None] = {}
+        self._next: dict[str, int] = {}
+        self.fired = 0
+
+    @property
+    def client(self) -> AsyncClient:
+        return self._client if self._client is not None else self.app.client
+
+    # -- running ------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set, then give up the leadership."""
+        failures = 0
+        try:
+            while not stop.is_set():
+                try:
+                    await self.run_once()
+                    failures = 0
+                except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                    failures += 1
+                    if failures == 1:
+                        log.warning("scheduler cannot reach Redis (%s); retrying", exc)
+                    self._lose("connection lost")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.loop_interval)
+        finally:
+            await self.resign()
+
+    async def run_once(self, now: float | None = None) -> None:
+        """One pass: keep or take the leadership, then fire what is due (as the leader).
+        ``now`` (unix seconds) lets tests inject time."""
+        wall = self._clock() if now is None else now
+        mono = time.monotonic()
+        if mono >= self._renew_at or not self.is_leader:
+            await self._lead()
+            self._renew_at = mono + min(self.leader_ttl / 3, 1.0)
+        if self.is_leader:
+            await self._reload()
+            await self._fire_due(int(wall * 1000))
+
+    async def resign(self) -> None:
+        """Give up the leadership (compare-and-delete), so a follower takes over at once."""
+        if self.is_leader:
+            with contextlib.suppress(RedisConnectionError, RedisTimeoutError, OSError):
+                await RELEASE(self.client, [self.keys.leader], [self.holder])
+            self._lose("resigned")
+
+    async def _lead(self) -> None:
+        leads = bool(
+            await LEAD(self.client, [self.keys.leader], [self.holder, int(self.leader_ttl * 1000)])
+        )
+        if leads and not self.is_leader:
+            log.info("scheduler %s is now the leader", self.holder)
+            self._version = b"-"  # reload everything and re-read the markers
+            self._markers.clear()
+            self._next.clear()
+        elif not leads and self.is_leader:
+            self._lose("another instance holds the leadership")
+        self.is_leader = leads
+
+    def _lose(self, why: str) -> None:
+        if self.is_leader:
+            log.info("scheduler %s is no longer the leader: %s", self.holder, why)
+        self.is_leader = False
+        self._markers.clear()
+        self._next.clear()
+
+    async def _reload(self) -> None:
+        version: Any = await self.client.get(self.keys.version)
+        if version == self._version:
+            return
+        runtime, paused = await load_runtime(self.app, self.keys)
+        declared = list(self.app.declared_schedules)
+        names = {s.name for s in declared}
+        self._schedules = declared + [s for s in runtime if s.name not in names]
+        self._paused = paused
+        self._version = version
+        self._next.clear()
+
+    # -- ticks --------------------------------------------------------------------------
+
+    async def _fire_due(self, now_ms: int) -> None:
+        for schedule in self._schedules:
+            if now_ms < self._next.get(schedule.name, 0):
+                continue
+            if schedule.name not in self._markers:
+                self._markers[schedule.name] = await self._read_marker(schedule)
+            await self._handle(schedule, now_ms)
+            marker = self._markers.get(schedule.name)
+            if marker is not None:
+                self._next[schedule.name] = next(schedule.ticks_after(max(marker, now_ms)))
+
+    async def _read_marker(self, schedule: Schedule) -> int | None:
+        raw = await self.client.hget(self.app.keys(schedule.queue).schedules, schedule.name)
+        if raw is None:
+            return None
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        return int(text.split("|", 1)[0])
+
+    async def _handle(self, schedule: Schedule, now_ms: int) -> None:
+        marker = self._markers.get(schedule.name)
+        if marker is None:
+            # First sight (a first deploy, an empty Redis): do not fire every past tick.
+            if schedule.run_at_startup:
+                await self._tick(schedule, [(now_ms, True)])
+            else:
+                latest = schedule.latest_tick_at_or_before(now_ms)
+                await self._tick(schedule, [(latest if latest is not None else now_ms, False)])
+            return
+        limit = schedule.catchup_limit if schedule.missed == "catchup" else 1
+        ticks, more = schedule.due(marker, now_ms, limit)
+        if not ticks:
+            return
+        if schedule.name in self._paused:
+            await self._tick(schedule, [(ticks[-1], False)])
+            return
+        if more or len(ticks) > 1:
+            log.warning(
+                "schedule %s missed ticks while no scheduler ran; policy %r",
+                schedule.name,
+                schedule.missed,
+            )
+        if schedule.missed == "skip" and now_ms - ticks[-1] > schedule.grace * 1000:
+            await self._tick(schedule, [(ticks[-1], False)])
+            return
+        await self._tick(schedule, [(t, True) for t in ticks])
+
+    async def _tick(self, schedule: Schedule, ticks: list[tuple[int, bool]]) -> None:
+        keys = self.app.keys(schedule.queue)
+        args: list[Any] = [
+            schedule.name,
+            "1" if schedule.overlap else "0",
+            PRIORITIES.index(schedule.priority) + 1,
+        ]
+        for tick, fire in ticks:
+            task_id = schedule.task_id(self.app.namespace, tick)
+            payload = b""
+            if fire:
+                env = Envelope(
+                    task_id,
+                    schedule.task,
+                    list(schedule.args),
+                    dict(schedule.kwargs),
+                    int(self._clock() * 1000),
+                    1,
+                    {"schedule": schedule.name, "tick": tick},
+                )
+                payload = env.encode(self.app.serializer)
+            args += (tick, task_id, payload)
+        results = await TICK(
+            self.client, [*keys.streams, keys.index, keys.delayed, keys.schedules], args
+        )
+        for (tick, _), result in zip(ticks, results, strict=True):
+            state = result.decode() if isinstance(result, bytes) else str(result)
+            if state == "enqueued":
+                self.fired += 1
+                log.info("schedule %s fired for tick %d", schedule.name, tick)
+            elif state == "overlap":
+                log.info(
+                    "schedule %s skipped tick %d: its previous run is still active",
+                    schedule.name,
+                    tick,
+                )
+        self._markers[schedule.name] = max(t for t, _ in ticks)
