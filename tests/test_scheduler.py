@@ -327,3 +327,38 @@ def test_declaration_errors() -> None:
         app.periodic(every=1)(foreign)
     assert app.declared_schedules == []
     assert Schedule(name="n", task="t", every=timedelta(minutes=5)).spec == "every 5m"
+
+
+def test_workers_run_the_scheduler_unless_told_not_to(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path
+) -> None:
+    from .helpers import WorkerProcess
+
+    leader_key = f"{{{namespace}:scheduler}}:leader"
+    quiet = WorkerProcess(
+        url, namespace, "quiet", app="tests.apps.sched:app", log_dir=tmp_path, no_scheduler=True
+    )
+    try:
+        quiet.wait_ready(rds)
+        time.sleep(1.0)
+        assert rds.get(leader_key) is None
+        busy = WorkerProcess(url, namespace, "busy", app="tests.apps.sched:app", log_dir=tmp_path)
+        try:
+            busy.wait_ready(rds)
+            wait_until(lambda: (rds.get(leader_key) or b"").startswith(b"busy:"), timeout=10)
+            # the worker's scheduler enqueues "beat" every second and the workers run it
+            wait_until(
+                lambda: (
+                    "fired" in busy.log() or rds.hlen(QueueKeys.of(namespace, "default").schedules)
+                ),
+                10,
+            )
+            keys = QueueKeys.of(namespace, "default")
+            wait_until(lambda: rds.hget(keys.schedules, "beat"), timeout=10)
+            busy.signal(signal.SIGTERM)
+            assert busy.wait(20) == 0
+            assert rds.get(leader_key) is None  # resigned at shutdown
+        finally:
+            busy.kill_now()
+    finally:
+        quiet.kill_now()

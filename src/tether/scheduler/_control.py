@@ -13,6 +13,7 @@ from ._schedule import Missed, Schedule
 
 if TYPE_CHECKING:
     from .._app import Tether
+    from .._redis import AsyncClient
     from .._task import Task, TaskHandle
 
 
@@ -43,8 +44,10 @@ class ScheduleInfo:
     last_outcome: str | None
 
 
-async def load_runtime(app: Tether, keys: SchedulerKeys) -> tuple[list[Schedule], set[str]]:
-    client = app.client
+async def load_runtime(
+    app: Tether, keys: SchedulerKeys, client: AsyncClient | None = None
+) -> tuple[list[Schedule], set[str]]:
+    client = client if client is not None else app.client
     raw: Any = await client.hgetall(keys.definitions)
     schedules = []
     for value in raw.values():

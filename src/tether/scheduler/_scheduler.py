@@ -91,6 +91,11 @@ class Scheduler:
                     if failures == 1:
                         log.warning("scheduler cannot reach Redis (%s); retrying", exc)
                     self._lose("connection lost")
+                except Exception:
+                    # A bug here must not stop the worker that hosts the scheduler, nor pass
+                    # unnoticed: log it, step down, and try again on the next pass.
+                    log.exception("scheduler pass failed; retrying")
+                    await self.resign()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.loop_interval)
         finally:
@@ -139,7 +144,7 @@ class Scheduler:
         version: Any = await self.client.get(self.keys.version)
         if version == self._version:
             return
-        runtime, paused = await load_runtime(self.app, self.keys)
+        runtime, paused = await load_runtime(self.app, self.keys, self.client)
         declared = list(self.app.declared_schedules)
         names = {s.name for s in declared}
         self._schedules = declared + [s for s in runtime if s.name not in names]
