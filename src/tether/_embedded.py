@@ -41,6 +41,22 @@ def system_binary() -> str | None:
     return shutil.which("redis-server")
 
 
+def stop_process(
+    process: subprocess.Popen[bytes], *, kill: bool = False, wait: float = 10.0
+) -> None:
+    """Stop a child by its PID: SIGTERM (or SIGKILL at once), then SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        process.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=wait)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,16 +152,8 @@ class EmbeddedServer:
     def stop(self, kill: bool = False) -> None:
         """Stop the server by PID: SIGTERM (or SIGKILL), then SIGKILL if it lingers."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        if process is not None:
+            stop_process(process, kill=kill)
 
     def cleanup(self) -> None:
         self.stop()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import importlib
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ._embedded import EmbeddedServer
+from ._embedded import EmbeddedServer, stop_process
 from ._errors import TetherError
 
 console = Console(stderr=False)
@@ -64,7 +63,7 @@ def run_demo(*, url: str | None, workers: int, tasks: int, concurrency: int, tim
         return asyncio.run(_drive(url, namespace, tasks, procs, timeout))
     finally:
         for proc in procs:
-            _stop(proc)
+            stop_process(proc, wait=15)
         if server is not None:
             server.cleanup()
             console.print(f"stopped the embedded server (pid {server.pid or 'gone'})")
@@ -73,15 +72,22 @@ def run_demo(*, url: str | None, workers: int, tasks: int, concurrency: int, tim
 async def _drive(
     url: str, namespace: str, total: int, procs: list[subprocess.Popen[bytes]], timeout: float
 ) -> int:
+    # The demo's app reads its URL and namespace from the environment, as the workers' does.
     os.environ["TETHER_URL"], os.environ["TETHER_NAMESPACE"] = url, namespace
-    from .demo_app import _done_key, app, checksum, greet, urgent_ping
+    from . import demo_app
 
-    app.settings = type(app.settings)(url=url, namespace=namespace)
-    from ._redis import parse_url
-
-    app.target = parse_url(url)
+    if demo_app.app.namespace != namespace:  # a second demo in this process
+        importlib.reload(demo_app)
+    app, done_key = demo_app.app, demo_app._done_key()
+    checksum, greet, urgent_ping = demo_app.checksum, demo_app.greet, demo_app.urgent_ping
+    deadline = time.monotonic() + timeout
     counter = redis.Redis.from_url(url)
-    done_key = _done_key()
+    leases = [f"{{{namespace}:demo}}:lease:{namespace}-worker-{i}" for i in range(len(procs))]
+    while counter.exists(*leases) < len(leases):  # time the work, not the workers' start-up
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            console.print("[red]the workers did not start[/red]")
+            return 1
+        await asyncio.sleep(0.05)
     deadline = time.monotonic() + timeout
     with Progress(
         TextColumn("{task.description}"),
@@ -129,16 +135,3 @@ async def _drive(
     table.add_row("throughput", f"{total / (finished - started):,.0f} tasks/s")
     console.print(table)
     return 0
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
