@@ -16,6 +16,7 @@ from tether import Tether
 from tether._embedded import EmbeddedServer, embedded_binary
 
 from .helpers import ServerInfo, WorkerProcess
+from .servers import LocalCluster, LocalSentinel, cluster_fixture, healed, sentinel_fixture
 
 SERVER_KINDS = ["valkey"] + (["redis"] if shutil.which("redis-server") else [])
 
@@ -88,3 +89,25 @@ def _no_tether_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("TETHER_"):
             monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session", params=SERVER_KINDS)
+def _cluster_session(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A 3-master cluster with a replica each, started when a test first needs it."""
+    yield from cluster_fixture(request.param)
+
+
+@pytest.fixture
+def cluster(_cluster_session: LocalCluster) -> Iterator[LocalCluster]:
+    """The session's cluster, healed of what an earlier test killed."""
+    yield from healed(_cluster_session)
+
+
+@pytest.fixture(scope="session", params=SERVER_KINDS)
+def _sentinel_session(request: pytest.FixtureRequest) -> Iterator[LocalSentinel]:
+    yield from sentinel_fixture(request.param)
+
+
+@pytest.fixture
+def sentinel(_sentinel_session: LocalSentinel) -> Iterator[LocalSentinel]:
+    yield from healed(_sentinel_session)

@@ -5,7 +5,8 @@ loopback ports. Every process is stopped by its PID and every temporary folder r
 The cluster is formed without redis-cli, with CLUSTER commands sent from redis-py, so the suite
 needs nothing but the server binaries.
 
-Fixtures for conftest.py are built on :func:`cluster_fixture` and :func:`sentinel_fixture`.
+The fixtures in conftest.py are built on :func:`cluster_fixture`, :func:`sentinel_fixture`
+(session-wide set-ups) and :func:`healed` (per test: restarts what an earlier test killed).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -54,8 +56,6 @@ def binary_for(kind: str) -> str:
 
 
 def _port_is_free(port: int) -> bool:
-    import socket
-
     with socket.socket() as s:
         try:
             s.bind((HOST, port))
@@ -100,6 +100,33 @@ def _parse_info(reply: Any) -> dict[str, str]:
         if sep:
             out[key] = value
     return out
+
+
+class _Server(EmbeddedServer):
+    """An :class:`EmbeddedServer` whose stdout and stderr go to a file: a server that rejects
+    its arguments says why there, before it opens its log file."""
+
+    @property
+    def output_path(self) -> Path:
+        return Path(self.directory) / f"output-{self.port}.txt"
+
+    def start(self, timeout: float = 15.0) -> _Server:
+        if self.process is not None and self.process.poll() is None:
+            return self
+        with open(self.output_path, "ab") as output:
+            self.process = subprocess.Popen(
+                self.command(), stdout=output, stderr=subprocess.STDOUT, cwd=self.directory
+            )
+        self.wait_ready(timeout)
+        return self
+
+    def tail_log(self, lines: int = 10) -> str:
+        log = super().tail_log(lines)
+        try:
+            output = self.output_path.read_text(errors="replace").strip()
+        except OSError:
+            return log
+        return f"{output[-2000:]}\n{log}" if output else log
 
 
 def _start_with_retries(make: Callable[[], EmbeddedServer], timeout: float) -> EmbeddedServer:
@@ -156,6 +183,30 @@ def _wait(
         if time.monotonic() > deadline:
             raise HarnessError(f"{what}: not done within {timeout}s: {problem}\n{logs()}")
         time.sleep(interval)
+
+
+_REPLICATION_ARGS = ["--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"]
+"""Diskless sync waits 5 s by default for more replicas to join one transfer. The 1 s pings
+make a replica's acknowledged offset non-zero soon (see :func:`_replicas_not_streaming`)."""
+
+
+def _replicas_not_streaming(replication: dict[str, Any], count: int) -> str | None:
+    """None when the master (its INFO replication) streams to ``count`` replicas.
+
+    After a diskless full sync the master holds writes back until the replica's first
+    REPLCONF ACK, sent once a second; until then WAIT blocks (up to a second, seen with Redis
+    7.0), which would make a test's ``WAIT 1 1000`` flaky. A non-zero acknowledged offset shows
+    that ACK arrived.
+    """
+    if int(replication.get("connected_slaves", 0)) != count:
+        return f"{replication.get('connected_slaves')} of {count} replicas connected"
+    for index in range(count):
+        entry = replication.get(f"slave{index}")
+        if not isinstance(entry, dict):
+            return f"slave{index}: {entry!r}"
+        if entry.get("state") != "online" or int(entry.get("offset", 0)) <= 0:
+            return f"replica {entry.get('port')} not streaming yet: {entry}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,11 +395,12 @@ class LocalCluster:
         promoted: list[ClusterNode] = []
 
         def check() -> str | None:
-            problem = self._check_live_nodes()
-            if problem:
-                return problem
+            self._raise_if_crashed()
             for node in self._live():
-                views = self._views(node)
+                try:
+                    views = self._views(node)
+                except redis.RedisError as exc:
+                    return f"{node}: {exc}"
                 winners = [views[c] for c in candidates if c in views and views[c].role == "master"]
                 if not winners or sorted(winners[0].slots) != sorted(old_slots):
                     return f"{node} does not yet see a replica of {old_id[:8]} promoted"
@@ -417,14 +469,10 @@ class LocalCluster:
             # Keep the topology the tests set up: no replica wandering to an orphaned master.
             "--cluster-allow-replica-migration",
             "no",
-            # Diskless sync waits 5 s by default for more replicas to join one transfer.
-            "--repl-diskless-sync-delay",
-            "0",
-            # Redis 7.0 leaves a replica out of CLUSTER SLOTS (so clients never see it) while
-            # its replication offset is 0, which on an idle master lasts until the first
-            # replication ping: every 10 s by default.
-            "--repl-ping-replica-period",
-            "1",
+            # Redis 7.0 also leaves a replica out of CLUSTER SLOTS (so clients never see it)
+            # while its replication offset is 0: on an idle master, until the first
+            # replication ping, every 10 s by default; _REPLICATION_ARGS ping every second.
+            *_REPLICATION_ARGS,
             *self.extra_args,
         ]
 
@@ -437,7 +485,7 @@ class LocalCluster:
             def make(folder: Path = folder) -> EmbeddedServer:
                 # A fresh nodes.conf on a retry: the failed process may have written one.
                 (folder / "nodes.conf").unlink(missing_ok=True)
-                return EmbeddedServer(
+                return _Server(
                     self.binary,
                     port=_free_cluster_port(),
                     args=self._node_args(),
@@ -489,7 +537,7 @@ class LocalCluster:
     def _views(self, node: ClusterNode) -> dict[str, _NodeView]:
         return _parse_cluster_nodes(self._client(node).execute_command("CLUSTER", "NODES"))
 
-    def _check_live_nodes(self) -> str | None:
+    def _raise_if_crashed(self) -> None:
         for node in self.nodes:
             process = node.server.process
             if process is not None and process.poll() is not None and process.returncode != -9:
@@ -497,10 +545,9 @@ class LocalCluster:
                 raise HarnessError(
                     f"{node} exited with {process.returncode}:\n{node.server.tail_log(20)}"
                 )
-        return None
 
     def _check_met(self) -> str | None:
-        self._check_live_nodes()
+        self._raise_if_crashed()
         for node in self.nodes:
             try:
                 views = self._views(node)
@@ -514,9 +561,10 @@ class LocalCluster:
         return None
 
     def _check_healthy(self) -> str | None:
-        """Every node up, agreeing on who replicates whom, all slots served, state ok, and every
-        replica's link to its master up."""
-        self._check_live_nodes()
+        """Every node up, agreeing on who replicates whom, all slots served, state ok, every
+        node listed in CLUSTER SLOTS (what clients see), every replica's link up and every
+        master streaming to its replicas (so WAIT answers at once)."""
+        self._raise_if_crashed()
         expected: dict[str, str | None] | None = None
         for node in self.nodes:
             if not node.alive():
@@ -558,14 +606,20 @@ class LocalCluster:
             if sorted(served) != sorted(masters):
                 return f"not every master has a replica: {expected}"
         for node in self.nodes:
-            if expected.get(node.node_id) is None:
-                continue
+            master_id = expected.get(node.node_id)
             try:
-                replication = _parse_info(self._client(node).execute_command("INFO", "replication"))
+                replication = self._client(node).info("replication")
             except redis.RedisError as exc:
                 return f"{node}: {exc}"
-            if replication.get("master_link_status") != "up":
-                return f"replica {node}: master_link_status:{replication.get('master_link_status')}"
+            if master_id is not None:
+                if replication.get("master_link_status") != "up":
+                    status = replication.get("master_link_status")
+                    return f"replica {node}: master_link_status:{status}"
+                continue
+            count = sum(1 for m in expected.values() if m == node.node_id)
+            problem = _replicas_not_streaming(replication, count)
+            if problem:
+                return f"master {node}: {problem}"
         return None
 
     def _logs(self, lines: int = 15) -> str:
@@ -578,12 +632,21 @@ class LocalCluster:
 # Sentinel
 
 
-class _SentinelProcess(EmbeddedServer):
+class _SentinelProcess(_Server):
     """A server in sentinel mode: the config file must come first and must be writable, since
     the sentinel rewrites it with what it learns."""
 
-    def __init__(self, binary: str, *, port: int, directory: str, service: str, master_port: int,
-                 down_after_ms: int, failover_timeout_ms: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        binary: str,
+        *,
+        port: int,
+        directory: str,
+        service: str,
+        master_port: int,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+    ) -> None:
         super().__init__(binary, port=port, directory=directory)
         self.config_path = Path(directory) / f"sentinel-{port}.conf"
         self.config_path.write_text(
@@ -631,6 +694,7 @@ class LocalSentinel:
         self.replica: EmbeddedServer | None = None
         self.sentinel: EmbeddedServer | None = None
         self._sentinel_client: redis.Redis | None = None
+        self._clients: dict[int, redis.Redis] = {}
         self._suspect = False
         self.startup_seconds = 0.0
 
@@ -670,13 +734,16 @@ class LocalSentinel:
             # a new master after a failover), counts the wait for the first PONG from the link's
             # creation: with down-after at 1 s its first ping goes out just as that wait passes
             # 1 s, so it can flag a healthy master down and fail over again (seen with Valkey 9).
-            # Pinging every 100 ms closes that race. The sentinel finds replicas in the master's
-            # INFO, read every 10 s: every 500 ms, a restarted replica is known again at once.
-            # SENTINEL DEBUG exists since Redis 7.0.
+            # Pinging every 300 ms closes that race. Not less: a replica is only promoted if
+            # its last INFO reply is younger than 5 ping periods, and INFO goes every 1 s during
+            # a failover (at 100 ms: "-failover-abort-no-good-slave"). The sentinel finds
+            # replicas in the master's INFO, read every 10 s by default: every 1 s, a restarted
+            # replica is known again quickly. SENTINEL DEBUG exists since Redis 7.0.
             with contextlib.suppress(redis.ResponseError):
                 self._sentinel().execute_command(
-                    "SENTINEL", "DEBUG", "ping-period", 100, "info-period", 500
+                    "SENTINEL", "DEBUG", "ping-period", 300, "info-period", 1000
                 )
+            self._nudge_replication(timeout)
             _wait(self._check_ready, timeout, "sentinel start", self._logs)
         except BaseException:
             self.stop()
@@ -688,6 +755,9 @@ class LocalSentinel:
         if self._sentinel_client is not None:
             self._sentinel_client.close()
             self._sentinel_client = None
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
         _terminate([s for s in (self.sentinel, self.master, self.replica) if s is not None])
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -707,8 +777,9 @@ class LocalSentinel:
         return self.master
 
     def wait_for_failover(self, timeout: float = 15.0) -> EmbeddedServer:
-        """Wait until the sentinel names the replica as master and the replica says so too;
-        swaps ``master`` and ``replica`` and returns the new master."""
+        """Wait until the sentinel has switched to the replica and the replica is master; the
+        sentinel then forgets the dead ex-master (SENTINEL RESET, so ``discover_slaves`` is
+        empty until the next heal). Swaps ``master`` and ``replica``; returns the new master."""
         assert self.replica is not None
         replica = self.replica
 
@@ -716,10 +787,14 @@ class LocalSentinel:
             # Not GET-MASTER-ADDR-BY-NAME: it names the promoted replica before the failover
             # ends. SENTINEL MASTER shows the new address only after +switch-master, and a
             # restart of the ex-master (heal) must wait for that.
-            fields = _pairs(self._sentinel().execute_command("SENTINEL", "MASTER", self.service))
+            try:
+                master = self._sentinel().execute_command("SENTINEL", "MASTER", self.service)
+                info = self._replication(replica.port)
+            except redis.RedisError as exc:
+                return str(exc)
+            fields = _pairs(master)
             if int(fields.get("port", 0)) != replica.port or fields.get("flags") != "master":
                 return f"sentinel's master is port {fields.get('port')} ({fields.get('flags')})"
-            info = _parse_info(_admin_info(replica.port))
             if info.get("role") != "master":
                 return f"replica {replica.port} has role {info.get('role')}"
             return None
@@ -745,7 +820,7 @@ class LocalSentinel:
         self._suspect = True
         if not replica_alive:
             old = self.replica
-            self.replica = EmbeddedServer(
+            self.replica = _Server(
                 self.binary,
                 port=old.port,
                 directory=old.directory,
@@ -755,6 +830,7 @@ class LocalSentinel:
                 self.replica.start(timeout)
             except TetherError as exc:
                 raise HarnessError(f"restarting the replica: {exc}") from exc
+        self._nudge_replication(timeout)
         _wait(self._check_ready, timeout, "sentinel heal", self._logs)
         self._suspect = False
 
@@ -776,13 +852,38 @@ class LocalSentinel:
         if master_port is not None:
             args += ["--replicaof", HOST, str(master_port)]
         return _start_with_retries(
-            lambda: EmbeddedServer(self.binary, port=free_port(), args=args, directory=str(folder)),
+            lambda: _Server(self.binary, port=free_port(), args=args, directory=str(folder)),
             timeout,
         )
 
     def _sentinel(self) -> redis.Redis:
         assert self._sentinel_client is not None
         return self._sentinel_client
+
+    def _nudge_replication(self, timeout: float) -> None:
+        """Have the replica acknowledge a write, so the master streams to it (see
+        :func:`_replicas_not_streaming`) within a replica ACK rather than a ping and an ACK.
+        A PUBLISH is replicated (outside cluster mode) and touches no key; WAIT makes the master
+        ask the replica for its ACK at once."""
+        assert self.master is not None
+        deadline = time.monotonic() + timeout
+        client = self._client(self.master.port)
+        while time.monotonic() < deadline:
+            try:
+                client.publish("__tether_harness__", "sync")
+                if client.execute_command("WAIT", 1, 200) >= 1:
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.05)
+
+    def _client(self, port: int) -> redis.Redis:
+        if port not in self._clients:
+            self._clients[port] = _admin_client(port)
+        return self._clients[port]
+
+    def _replication(self, port: int) -> dict[str, Any]:
+        return dict(self._client(port).info("replication"))
 
     def _check_ready(self) -> str | None:
         """The replica linked to the master, and the sentinel knowing both as healthy: a
@@ -793,13 +894,16 @@ class LocalSentinel:
             if server.process is None or server.process.poll() is not None:
                 raise HarnessError(f"{server.binary} on {server.port} exited:\n{self._logs()}")
         try:
-            info = _parse_info(_admin_info(self.replica.port))
+            info = self._replication(self.replica.port)
+            problem = _replicas_not_streaming(self._replication(self.master.port), 1)
             master = self._sentinel().execute_command("SENTINEL", "MASTER", self.service)
             replicas = self._sentinel().execute_command("SENTINEL", "REPLICAS", self.service)
         except redis.RedisError as exc:
             return str(exc)
         if info.get("master_link_status") != "up":
             return f"replica link {info.get('master_link_status')}"
+        if problem:
+            return f"master: {problem}"
         master_fields = _pairs(master)
         if int(master_fields.get("port", 0)) != self.master.port:
             return f"sentinel's master is port {master_fields.get('port')}"
@@ -820,15 +924,6 @@ class LocalSentinel:
             for name, server in servers
             if server is not None
         )
-
-
-_REPLICATION_ARGS = ["--repl-diskless-sync-delay", "0"]
-"""Diskless sync waits 5 s by default for more replicas to join one transfer."""
-
-
-def _admin_info(port: int) -> dict[str, Any]:
-    with _admin_client(port) as client:
-        return dict(client.info("replication"))
 
 
 def _pairs(item: Any) -> dict[str, str]:

@@ -1,12 +1,14 @@
 """The cluster and sentinel harness of tests/servers.py works, checked with redis-py alone: a
 cluster serves every slot range, a Streams consumer group works in one slot, a killed master's
-replica takes over with the acknowledged writes, and a sentinel client follows a failover."""
+replica takes over with the acknowledged writes, and a sentinel client follows a failover.
+The ``cluster`` and ``sentinel`` fixtures (conftest.py) run each test on both binaries."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -21,37 +23,7 @@ from redis.exceptions import ClusterDownError, RedisClusterException
 
 from tether._redis import parse_url
 
-from .conftest import SERVER_KINDS
-from .servers import LocalCluster, LocalSentinel, cluster_fixture, healed, sentinel_fixture
-
-# --- Fixtures to move into tests/conftest.py; delete this block once they are there. ---------
-
-
-@pytest.fixture(scope="session", params=SERVER_KINDS)
-def local_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    """3 masters + 3 replicas for the session, started when a test first asks for one."""
-    yield from cluster_fixture(request.param)
-
-
-@pytest.fixture
-def cluster(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """The session's cluster, whole: nodes an earlier test killed are restarted as replicas."""
-    yield from healed(local_cluster)
-
-
-@pytest.fixture(scope="session", params=SERVER_KINDS)
-def local_sentinel(request: pytest.FixtureRequest) -> Iterator[LocalSentinel]:
-    """A master, a replica and a sentinel for the session, started on first use."""
-    yield from sentinel_fixture(request.param)
-
-
-@pytest.fixture
-def sentinel(local_sentinel: LocalSentinel) -> Iterator[LocalSentinel]:
-    """The session's sentinel set-up with its replica back if an earlier test killed a master."""
-    yield from healed(local_sentinel)
-
-
-# ---------------------------------------------------------------------------------------------
+from .servers import LocalCluster, LocalSentinel
 
 T = TypeVar("T")
 
@@ -63,8 +35,6 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError, ClusterDownError)
 
 async def until_ok(call: Callable[[], Awaitable[T]], timeout: float = 10.0) -> T:
     """Retry ``call`` through transient failover errors; re-raise the last one on timeout."""
-    import asyncio
-
     deadline = time.monotonic() + timeout
     while True:
         try:

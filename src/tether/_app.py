@@ -17,7 +17,7 @@ from ._envelope import Envelope, JsonSerializer, Serializer, find_unserializable
 from ._errors import ConfigError, EnqueueError, NotOpen, SerializationError
 from ._keys import QueueKeys, queue_of_task_id
 from ._middleware import Middleware, call_hooks
-from ._redis import AsyncClient, Target, async_client, parse_url
+from ._redis import AsyncClient, Target, async_client, close_async, parse_url
 from ._settings import PRIORITIES, AppSettings, WorkerSettings
 from ._task import Backoff, P, R, Task, TaskConfig, TaskHandle, TaskStatus, default_task_name
 from .scripts import ENQUEUE
@@ -182,7 +182,7 @@ class Tether:
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await client.aclose()
+            await close_async(client)
 
     async def __aenter__(self) -> Self:
         return await self.open()

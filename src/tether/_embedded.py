@@ -7,6 +7,7 @@ Every server is stopped by its PID.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -119,6 +120,8 @@ class EmbeddedServer:
         self.process = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.directory
         )
+        # Whatever happens to the program that started it, the server does not outlive it.
+        atexit.register(self.cleanup)
         self.wait_ready(timeout)
         return self
 

@@ -6,6 +6,8 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from redis.asyncio.cluster import RedisCluster
+
 from ._envelope import BadEnvelope, Envelope
 from ._errors import ConfigError, EnqueueError, ResultTimeout, TaskFailed, TaskNotFound
 from ._keys import GROUP, QueueKeys, queue_of_task_id
@@ -157,14 +159,33 @@ async def cancel(app: Tether, task_id: str) -> bool:
 async def enqueue_with_replicas(
     app: Tether, script: Script, keys: list[str], args: list[Any]
 ) -> Any:
-    """Run an enqueue script and WAIT on the same connection until enough replicas have it."""
+    """Run an enqueue script and ``WAIT`` on the same connection until enough replicas have
+    it: ``WAIT`` counts the replicas that acknowledged this connection's writes."""
     client = app.client
     needed = app.settings.enqueue_replicas
     timeout_ms = int(app.settings.enqueue_replicas_timeout * 1000)
-    pipe = client.pipeline(transaction=False)
-    pipe.execute_command("EVAL", script.text, len(keys), *keys, *args)
-    pipe.execute_command("WAIT", needed, timeout_ms)
-    reply, acked = await pipe.execute()
+    evaluate = ("EVAL", script.text, len(keys), *keys, *args)
+    if isinstance(client, RedisCluster):
+        # A cluster pipeline would send the key-less WAIT to any node: talk to the master
+        # that owns the queue's slot on one of its connections.
+        await client.initialize()  # the slot map is loaded lazily, by the first command
+        node = client.get_node_from_key(keys[0])
+        if node is None:
+            raise EnqueueError(f"no cluster node serves the slot of {keys[0]!r} right now")
+        conn = node.acquire_connection()
+        try:
+            await conn.send_packed_command(
+                conn.pack_commands([evaluate, ("WAIT", needed, timeout_ms)])
+            )
+            reply = await conn.read_response()
+            acked = await conn.read_response()
+        finally:
+            node.release(conn)
+    else:
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*evaluate)
+        pipe.execute_command("WAIT", needed, timeout_ms)
+        reply, acked = await pipe.execute()
     if int(acked) < needed:
         raise EnqueueError(
             f"only {acked} of {needed} replicas acknowledged the enqueue within "

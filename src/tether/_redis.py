@@ -21,12 +21,24 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
+import redis.exceptions
 import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from ._errors import ConfigError
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a server loading its data)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterError,  # includes ClusterDownError and MasterDownError (failover)
+    redis.exceptions.TryAgainError,  # a slot being migrated
+    redis.exceptions.ReadOnlyError,  # a demoted master, until the client follows the promotion
+    ConnectionError,
+    OSError,
+)
+"""Errors that mean "the server is not reachable right now": retry with backoff, never crash."""
 
 AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
@@ -277,6 +289,21 @@ def _sentinel_auth(
     if "sentinel_username" in target.options:
         kwargs["username"] = target.options["sentinel_username"]
     return kwargs
+
+
+async def close_async(client: AsyncClient) -> None:
+    """Close a client, and for Sentinel the clients it keeps to the sentinels too."""
+    await client.aclose()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()
+
+
+def close_sync(client: SyncClient) -> None:
+    client.close()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -20,10 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from .._envelope import Envelope
+from .._redis import TRANSIENT_ERRORS
 from .._settings import PRIORITIES
 from ..scripts import LEAD, RELEASE, TICK
 from ._control import SchedulerKeys, load_runtime
@@ -86,7 +84,7 @@ class Scheduler:
                 try:
                     await self.run_once()
                     failures = 0
-                except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                except TRANSIENT_ERRORS as exc:
                     failures += 1
                     if failures == 1:
                         log.warning("scheduler cannot reach Redis (%s); retrying", exc)
@@ -116,7 +114,7 @@ class Scheduler:
     async def resign(self) -> None:
         """Give up the leadership (compare-and-delete), so a follower takes over at once."""
         if self.is_leader:
-            with contextlib.suppress(RedisConnectionError, RedisTimeoutError, OSError):
+            with contextlib.suppress(*TRANSIENT_ERRORS):
                 await RELEASE(self.client, [self.keys.leader], [self.holder])
             self._lose("resigned")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from redis.exceptions import RedisError
 
-from .._redis import SyncClient
+from .._redis import SyncClient, close_sync
 from ..scripts import RELEASE, RENEW
 from ._state import WorkerCounters
 
@@ -144,5 +144,5 @@ class LeaseKeeper:
                 except RedisError as exc:
                     log.warning("could not delete the leases (%s); they expire on their own", exc)
             if self._client is not None:
-                self._client.close()
+                close_sync(self._client)
                 self._client = None

@@ -182,8 +182,12 @@ class Maintenance:
         for entry_id in entry_ids:
             args += (entry_id, self._me, 0)
         # An entry settled while this call is in flight must not be taken up again.
-        with self._watch_settles() as settled:
-            reply = await CLAIM(self._client, [stream], args)
+        self._capacity.take(len(entry_ids))
+        try:
+            with self._watch_settles() as settled:
+                reply = await CLAIM(self._client, [stream], args)
+        finally:
+            self._capacity.release(len(entry_ids))
         for i in range(0, len(reply), 4):
             entry_id, payload, deliveries = bytes(reply[i]), reply[i + 1], int(reply[i + 2])
             if not (self._is_held(stream, entry_id) or (stream, entry_id) in settled):

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from .._errors import ServerError
@@ -32,10 +33,17 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _every_primary(client: AsyncClient) -> dict[str, Any]:
+    """On a Cluster, ask every primary, not just one node."""
+    if isinstance(client, RedisCluster):
+        return {"target_nodes": RedisCluster.PRIMARIES}
+    return {}
+
+
 async def check_version(client: AsyncClient) -> str:
     """Refuse servers older than 6.2; return a description such as 'Valkey 9.1.2'."""
     names: set[str] = set()
-    for info in _per_node(await client.info("server")):
+    for info in _per_node(await client.info("server", **_every_primary(client))):
         version = _s(info.get("redis_version", "0"))
         if parse_version(version) < MIN_VERSION:
             raise ServerError(
@@ -53,7 +61,7 @@ async def check_eviction_policy(client: AsyncClient) -> None:
     """Warn when keys may be evicted: an evicted lease means a false reclaim (a task runs
     twice); an evicted stream means lost tasks."""
     try:
-        reply = await client.config_get("maxmemory-policy")
+        reply = await client.config_get("maxmemory-policy", **_every_primary(client))
     except ResponseError as exc:
         log.debug("cannot read maxmemory-policy (%s); skipping the eviction check", exc)
         return

@@ -12,10 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from .._keys import GROUP
+from .._redis import TRANSIENT_ERRORS
 from ..scripts import SETTLE
 
 if TYPE_CHECKING:
@@ -71,7 +69,7 @@ class Settler:
                 try:
                     await self._flush(batch)
                     failures = 0
-                except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                except TRANSIENT_ERRORS as exc:
                     # Keep every outcome: they are settled when the server is back.
                     self._pending[:0] = batch
                     failures += 1

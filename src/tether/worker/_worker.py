@@ -24,13 +24,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._errors import ConfigError, TetherError
 from .._keys import GROUP
-from .._redis import AsyncClient, async_client, sync_client
+from .._redis import TRANSIENT_ERRORS, AsyncClient, async_client, close_async, sync_client
 from .._settings import PRIORITIES, WorkerSettings
 from ..scripts import FETCH, START
 from ._lease import LeaseKeeper
@@ -45,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.worker")
 
-CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+CONNECTION_ERRORS = TRANSIENT_ERRORS
 
 
 class _ReadGroup:
@@ -346,13 +344,17 @@ class Worker:
         last_ids: list[Any] = []
         got = 0
         for queue in group.queues:
-            if free - got <= 0:
+            count = self._capacity.free
+            if count <= 0:
                 break
-            entries, last = await FETCH(
-                self._client,
-                queue.streams,
-                [GROUP, self.name, free - got, "1" if want_ids else "0"],
-            )
+            # Reserve before awaiting: on a Cluster other read groups fetch concurrently.
+            self._capacity.take(count)
+            try:
+                entries, last = await FETCH(
+                    self._client, queue.streams, [GROUP, self.name, count, "1" if want_ids else "0"]
+                )
+            finally:
+                self._capacity.release(count)
             last_ids += last
             for i in range(0, len(entries), 3):
                 self._accept(queue, entries[i], entries[i + 1], entries[i + 2])
@@ -549,7 +551,7 @@ class Worker:
         runner = getattr(self, "_runner", None)
         if runner is not None:
             runner.close()
-        await self._client.aclose()
+        await close_async(self._client)
         if self._started and lease is not None:
             log.info("worker %s stopped: %s", self.name, _format_counters(self.counters))
 
