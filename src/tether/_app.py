@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
-import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -12,15 +10,14 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from typing_extensions import Self
 
-from . import _lifecycle
-from ._envelope import Envelope, JsonSerializer, Serializer, find_unserializable
-from ._errors import ConfigError, EnqueueError, NotOpen, SerializationError
+from . import _enqueue, _lifecycle
+from ._envelope import JsonSerializer, Serializer
+from ._errors import ConfigError, NotOpen
 from ._keys import QueueKeys, queue_of_task_id
-from ._middleware import Middleware, call_hooks
+from ._middleware import Middleware
 from ._redis import AsyncClient, Target, async_client, close_async, parse_url
-from ._settings import PRIORITIES, AppSettings, WorkerSettings
+from ._settings import AppSettings, WorkerSettings
 from ._task import Backoff, P, R, Task, TaskConfig, TaskHandle, TaskStatus, default_task_name
-from .scripts import ENQUEUE
 
 if TYPE_CHECKING:
     from .dead import DeadLetters
@@ -29,16 +26,6 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 DEFAULT_URL = "redis://localhost:6379/0"
-ENQUEUE_CHUNK = 1000
-"""Tasks per enqueue script call: large enough to amortise the round trip, small enough
-not to hold the server for long."""
-
-_PER_TASK = 7
-"""Values per task in the enqueue script's ARGV."""
-
-DEDUP_MAX_HOLD_MS = 24 * 3600 * 1000
-"""A dedup key lives at most this long past its task's due time, even if the task never
-reaches an outcome, so no key acts as a lock forever."""
 
 
 class _TaskDecorator(Protocol):
@@ -211,73 +198,9 @@ class Tether:
     # -- enqueue ----------------------------------------------------------------------
 
     async def _enqueue(
-        self, task: Task[Any, Any], items: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
+        self, task: Task[Any, Any], calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
     ) -> list[TaskHandle[Any]]:
-        client = self.client
-        opts = task.call_options
-        queue = opts.queue or task.config.queue
-        keys = self.keys(queue)
-        script_keys: list[str] = [*keys.streams, keys.index, keys.delayed, keys.scheduled_payloads]
-        dedup_index = 0
-        if opts.key is not None:
-            script_keys.append(keys.dedup(opts.key))
-            dedup_index = len(script_keys)
-        ids, args = self._encode_calls(task, queue, items, dedup_index)
-        replies: list[Any] = []
-        for start in range(0, len(ids), ENQUEUE_CHUNK):
-            chunk = args[start * _PER_TASK : (start + ENQUEUE_CHUNK) * _PER_TASK]
-            chunk_args = [len(chunk) // _PER_TASK, *chunk]
-            if self.settings.enqueue_replicas:
-                replies += await _lifecycle.enqueue_with_replicas(
-                    self, ENQUEUE, script_keys, chunk_args
-                )
-            else:
-                replies += await ENQUEUE(client, script_keys, chunk_args)
-        handles: list[TaskHandle[Any]] = []
-        for task_id, reply in zip(ids, replies, strict=True):
-            if isinstance(reply, bytes) and reply.startswith(b"="):
-                handles.append(TaskHandle(self, reply[1:].decode(), queue, duplicate=True))
-            else:
-                handles.append(TaskHandle(self, task_id, queue))
-        if self.middleware:
-            for handle in handles:
-                if not handle.duplicate:
-                    await call_hooks(self.middleware, "on_enqueue", task.name, handle.id, queue)
-        return handles
-
-    def _encode_calls(
-        self,
-        task: Task[Any, Any],
-        queue: str,
-        items: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]],
-        dedup_index: int,
-    ) -> tuple[list[str], list[Any]]:
-        """Check and encode every call before anything is sent, so a bad one writes nothing."""
-        opts = task.call_options
-        sidx = PRIORITIES.index(opts.priority or task.config.priority) + 1
-        env_opts = _envelope_options(opts)
-        mode, when = "n", 0
-        if opts.delay is not None:
-            mode, when = "r", int(opts.delay * 1000)
-        elif opts.at_ms is not None:
-            mode, when = "a", opts.at_ms
-        now_ms = int(time.time() * 1000)
-        dumps = self.serializer.dumps
-        ids: list[str] = []
-        args: list[Any] = []
-        for call_args, call_kwargs in items:
-            bound = task.bind_arguments(call_args, call_kwargs)
-            task_id = f"{queue}:{uuid.uuid4().hex}"
-            env = Envelope(
-                task_id, task.name, list(call_args), dict(call_kwargs), now_ms, 1, env_opts
-            )
-            try:
-                payload = dumps(env.to_dict())
-            except Exception as exc:
-                raise _serialization_error(self.serializer, task.name, bound, exc) from None
-            ids.append(task_id)
-            args += (task_id, payload, sidx, mode, when, dedup_index, DEDUP_MAX_HOLD_MS)
-        return ids, args
+        return await _enqueue.enqueue(self, task, calls)
 
     # -- handles, outcomes ------------------------------------------------------------
 
@@ -358,35 +281,3 @@ class Tether:
         from .scheduler import Scheduler
 
         return Scheduler(self, **options)
-
-
-def _envelope_options(opts: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if opts.timeout is not None:
-        out["timeout"] = opts.timeout
-    if opts.retries is not None:
-        out["retries"] = opts.retries
-    if opts.store_result is not None:
-        out["store_result"] = opts.store_result
-    if opts.key is not None:
-        out["key"] = opts.key
-        if opts.key_ttl is not None:
-            out["key_ttl"] = opts.key_ttl
-    return out
-
-
-def _serialization_error(
-    serializer: Serializer, task: str, bound: Mapping[str, Any], exc: Exception
-) -> EnqueueError:
-    found = find_unserializable(serializer, bound)
-    if found is None:
-        return SerializationError(
-            f"task {task!r}: the arguments cannot be serialized by the {serializer.name} "
-            f"serializer: {exc}"
-        )
-    name, error = found
-    value = bound[name]
-    return SerializationError(
-        f"task {task!r}: argument {name!r} ({type(value).__name__}) cannot be serialized by "
-        f"the {serializer.name} serializer: {error}"
-    )

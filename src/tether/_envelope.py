@@ -58,6 +58,7 @@ class BadEnvelope(Exception):
 @dataclass(slots=True)
 class Envelope:
     id: str
+    """'' in a plain enqueue's payload: the worker derives it from the stream entry."""
     task: str
     args: list[Any]
     kwargs: dict[str, Any]
@@ -68,7 +69,7 @@ class Envelope:
     def to_dict(self) -> dict[str, Any]:
         return {
             "v": ENVELOPE_VERSION,
-            "id": self.id,
+            "id": self.id or None,
             "task": self.task,
             "args": self.args,
             "kwargs": self.kwargs,
@@ -93,7 +94,7 @@ class Envelope:
             ) from None
         if not isinstance(raw, Mapping):
             raise BadEnvelope(f"the payload is a {type(raw).__name__}, not an envelope object")
-        raw_id, raw_task = raw.get("id"), raw.get("task")
+        raw_id, raw_task = raw.get("id") or "", raw.get("task")
         task_id = raw_id if isinstance(raw_id, str) else ""
         task = raw_task if isinstance(raw_task, str) else ""
         version = raw.get("v")
@@ -105,7 +106,7 @@ class Envelope:
             )
         try:
             env = cls(
-                id=raw["id"],
+                id=raw_id if isinstance(raw_id, str) else raw["id"],
                 task=raw["task"],
                 args=raw["args"],
                 kwargs=raw["kwargs"],

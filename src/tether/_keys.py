@@ -72,11 +72,30 @@ class QueueKeys:
 
 
 def queue_of_task_id(task_id: str) -> str:
-    """Task ids are ``<queue>:<hex>``, so a handle can be rebuilt from the id alone."""
+    """Task ids start with their queue, so a handle can be rebuilt from the id alone."""
     queue, sep, rest = task_id.rpartition(":")
     if not sep or not queue or not rest:
         raise ValueError(task_id)
     return queue
+
+
+def derived_task_id(queue: str, sidx: int, entry_id: str) -> str:
+    """The id of a task enqueued with a plain XADD: its queue, stream and entry id.
+
+    Plain enqueues (no delay, no dedup key) write nothing but the stream entry; the entry id
+    is the task id. Tasks enqueued by a script (delayed, deduplicated, scheduled, retried)
+    carry an id of their own, ``<queue>:<32 hex>``, and an index entry.
+    """
+    return f"{queue}:{sidx}-{entry_id}"
+
+
+def entry_of_task_id(task_id: str) -> tuple[int, str] | None:
+    """(stream index, entry id) of a derived task id, or None for an indexed one."""
+    rest = task_id.rpartition(":")[2]
+    sidx, dash, entry = rest.partition("-")
+    if dash and sidx in ("1", "2", "3") and "-" in entry:
+        return int(sidx), entry
+    return None
 
 
 def scheduler_tag(namespace: str) -> str:

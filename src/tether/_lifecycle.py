@@ -10,7 +10,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from ._envelope import BadEnvelope, Envelope
 from ._errors import ConfigError, EnqueueError, ResultTimeout, TaskFailed, TaskNotFound
-from ._keys import GROUP, QueueKeys, queue_of_task_id
+from ._keys import GROUP, QueueKeys, entry_of_task_id, queue_of_task_id
 from ._task import TaskStatus
 from .scripts import CANCEL, STATUS, Script
 
@@ -29,12 +29,18 @@ def _keys_for(app: Tether, task_id: str) -> QueueKeys:
         raise ConfigError(f"{task_id!r} is not a Tether task id (expected <queue>:<hex>)") from None
 
 
+def _entry_args(task_id: str) -> tuple[str, str]:
+    derived = entry_of_task_id(task_id)
+    return ("", "") if derived is None else (str(derived[0]), derived[1])
+
+
 async def _raw_status(app: Tether, task_id: str) -> tuple[str, bytes]:
     keys = _keys_for(app, task_id)
+    sidx, entry = _entry_args(task_id)
     state, detail = await STATUS(
         app.client,
         [*keys.streams, keys.index, keys.delayed, keys.result(task_id)],
-        [GROUP, task_id],
+        [GROUP, task_id, sidx, entry],
     )
     return state.decode(), detail
 
@@ -95,6 +101,9 @@ async def _dedup_key_of(app: Tether, keys: QueueKeys, task_id: str) -> str:
     client = app.client
     payload: Any = None
     where: Any = await client.hget(keys.index, task_id)
+    derived = entry_of_task_id(task_id)
+    if where is None and derived is not None:
+        where = f"{derived[0]}{derived[1]}".encode()
     if where is not None:
         sidx, eid = int(where[:1]), where[1:]
         rows: Any = await client.xrange(keys.streams[sidx - 1], eid, eid)
@@ -144,6 +153,7 @@ async def cancel(app: Tether, task_id: str) -> bool:
                 record,
                 int(app.settings.result_ttl * 1000),
                 CANCEL_REQUEST_TTL_MS,
+                *_entry_args(task_id),
             ],
         )
         state = reply[0].decode()

@@ -203,6 +203,9 @@ class Task(Generic[P, R]):
         self.name = config.name
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        self._arity = _simple_arity(self.signature)
+        self.plan: tuple[Any, Any] | None = None
+        """(app, enqueue plan), computed at the first enqueue (see tether._enqueue.Plan)."""
         self._call_options = call_options or CallOptions()
 
     def __repr__(self) -> str:
@@ -281,6 +284,11 @@ class Task(Generic[P, R]):
                 )
         return await self.app._enqueue(self, items)
 
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Refuse arguments that do not fit the signature (fast for plain signatures)."""
+        if kwargs or len(args) != self._arity:
+            self.bind_arguments(args, kwargs)
+
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Check the arguments against the signature; name the problem if they do not fit."""
         try:
@@ -288,6 +296,15 @@ class Task(Generic[P, R]):
         except TypeError as exc:
             raise EnqueueError(f"task {self.name!r}: {exc}") from None
         return dict(bound.arguments)
+
+
+def _simple_arity(signature: inspect.Signature) -> int:
+    """The argument count that needs no binding check: all parameters positional without
+    defaults. -1 when any call must be checked in full."""
+    params = signature.parameters.values()
+    if all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params):
+        return len(signature.parameters)
+    return -1
 
 
 class TaskHandle(Generic[R]):

@@ -88,6 +88,7 @@ class DeadLetters:
                 f"dead-letter entry {entry_id} cannot be retried: {bad.reason}"
             ) from None
         env.attempt = 1
+        env.id = env.id or letter.task_id  # a plain enqueue's id was derived from its entry
         sidx = (
             self.keys.streams.index(letter.stream) + 1 if letter.stream in self.keys.streams else 2
         )

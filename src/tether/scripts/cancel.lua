@@ -14,6 +14,8 @@ ARGV[3]     the owner the caller expects to run it ('' when it does not know yet
 ARGV[4]     the 'cancelled' record
 ARGV[5]     record ttl ms
 ARGV[6]     cancel request ttl ms
+ARGV[7]     for a derived task id: the stream index of its entry ('' otherwise)
+ARGV[8]     for a derived task id: its entry id
 
 Returns {'cancelled'} when removed, {'requested'} when the owner was asked to stop,
 {'owner', name} when another owner runs it (call again with that owner's key), or
@@ -32,9 +34,14 @@ if redis.call('ZREM', KEYS[5], id) == 1 then
   return {'cancelled'}
 end
 local where = redis.call('HGET', KEYS[4], id)
-if not where then return {'finished'} end
-local sidx = tonumber(string.sub(where, 1, 1))
-local eid = string.sub(where, 2)
+local sidx, eid
+if where then
+  sidx, eid = tonumber(string.sub(where, 1, 1)), string.sub(where, 2)
+elseif ARGV[7] ~= '' and #redis.call('XRANGE', KEYS[tonumber(ARGV[7])], ARGV[8], ARGV[8]) > 0 then
+  sidx, eid = tonumber(ARGV[7]), ARGV[8]
+else
+  return {'finished'}
+end
 local ok, p = pcall(redis.call, 'XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
 if not ok then p = {} end  -- no group yet: nobody has read it
 if #p == 0 then

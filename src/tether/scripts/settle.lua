@@ -14,7 +14,8 @@ KEYS[8..]   result, done and dedup keys named by the entries
 ARGV[1]     group
 ARGV[2]     consumer
 ARGV[3]     dead-letter stream cap (approximate MAXLEN)
-ARGV[4]     n, the number of entries; then 12 values per entry:
+ARGV[4..]   the entries. A bare success (nothing to record, no index entry) takes 3 values:
+  'o', stream index, entry id. Every other entry takes 12:
   1 op: 'ok' | 'retry' | 'fail' | 'dead' | 'cancel'
   2 stream index   3 entry id   4 task id ('' when the payload could not be decoded)
   5 result key index (0 none)   6 done key index (0 none)   7 dedup key index (0 none)
@@ -26,7 +27,6 @@ ARGV[4]     n, the number of entries; then 12 values per entry:
 Returns the ids of entries that are no longer ours (lost leases).
 ]]
 local group, me, dead_cap = ARGV[1], ARGV[2], ARGV[3]
-local n = tonumber(ARGV[4])
 local lost = {}
 local now = nil
 local function clock()
@@ -36,12 +36,19 @@ local function clock()
   end
   return now
 end
-for i = 0, n - 1 do
-  local b = 5 + i * 12
-  local op, sidx, eid, tid = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2], ARGV[b + 3]
-  local rk, dk, xk = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-  local record, ttl = ARGV[b + 7], ARGV[b + 8]
-  local a1, a2, hold = ARGV[b + 9], ARGV[b + 10], tonumber(ARGV[b + 11])
+local b = 4
+while b <= #ARGV do
+  local op, sidx, eid = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
+  local tid, rk, dk, xk, record, ttl, a1, a2, hold = '', 0, 0, 0, '', 0, '', '', 0
+  if op == 'o' then
+    b = b + 3
+  else
+    tid = ARGV[b + 3]
+    rk, dk, xk = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+    record, ttl = ARGV[b + 7], ARGV[b + 8]
+    a1, a2, hold = ARGV[b + 9], ARGV[b + 10], tonumber(ARGV[b + 11])
+    b = b + 12
+  end
   local stream = KEYS[sidx]
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
   if #p == 0 or p[1][2] ~= me then

@@ -6,19 +6,28 @@ KEYS[5]     delayed set
 KEYS[6]     the task's result record
 ARGV[1]     group
 ARGV[2]     task id
+ARGV[3]     for a derived task id: the stream index of its entry ('' otherwise)
+ARGV[4]     for a derived task id: its entry id
 
 Returns {state, detail}: 'running' with the owner, 'queued', 'scheduled', 'retrying' with
 the record of the failed attempt, 'record' with the final record, or 'unknown'.
 ]]
 local id = ARGV[2]
-local where = redis.call('HGET', KEYS[4], id)
-if where then
-  local sidx = tonumber(string.sub(where, 1, 1))
-  local eid = string.sub(where, 2)
+local function in_stream(sidx, eid, must_exist)
   -- no group yet (no worker ever read this stream): the task is queued
   local ok, p = pcall(redis.call, 'XPENDING', KEYS[sidx], ARGV[1], eid, eid, 1)
   if ok and #p > 0 then return {'running', p[1][2]} end
+  if must_exist and #redis.call('XRANGE', KEYS[sidx], eid, eid) == 0 then return nil end
   return {'queued', eid}
+end
+-- an index entry (a retried, delayed or deduplicated task) wins over the derived entry
+local where = redis.call('HGET', KEYS[4], id)
+if where then
+  return in_stream(tonumber(string.sub(where, 1, 1)), string.sub(where, 2), false)
+end
+if ARGV[3] ~= '' then
+  local found = in_stream(tonumber(ARGV[3]), ARGV[4], true)
+  if found then return found end
 end
 local record = redis.call('GET', KEYS[6])
 if redis.call('ZSCORE', KEYS[5], id) then

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._context import TaskContext, _current
 from .._envelope import BadEnvelope, Envelope
 from .._errors import Retry
+from .._keys import derived_task_id
 from .._middleware import call_hooks
 from .._settings import PRIORITIES
 from ._outcome import Outcome, error_fields, make_record
@@ -250,7 +251,12 @@ class Runner:
             env = Envelope.decode(delivery.payload, self.app.serializer)
         except BadEnvelope as bad:
             log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), bad.reason)
-            return await self._dead(delivery, None, bad.reason, bad.task_id)
+            return await self._dead(
+                delivery, None, bad.reason, bad.task_id or _derived_id(delivery)
+            )
+        if not env.id:  # a plain enqueue: the stream entry is the task's identity
+            env.id = _derived_id(delivery)
+            delivery.indexed = False
         delivery.envelope = env
         task = self.app.tasks.get(env.task)
         if task is None:
@@ -322,7 +328,7 @@ class Runner:
         self.counters.succeeded += 1
         store = self._store(env, task)
         if not store and "key" not in env.options:
-            return Outcome("ok", env.id)
+            return Outcome("ok", env.id) if delivery.indexed else Outcome("o")
         record = b""
         if store:
             try:
@@ -465,6 +471,13 @@ async def _with_timeout(coro: Any, timeout: float) -> Any:
 
 def _peek_envelope(app: Tether, delivery: Delivery) -> Envelope | None:
     try:
-        return Envelope.decode(delivery.payload, app.serializer)
+        env = Envelope.decode(delivery.payload, app.serializer)
     except BadEnvelope:
         return None
+    if not env.id:
+        env.id = _derived_id(delivery)
+    return env
+
+
+def _derived_id(delivery: Delivery) -> str:
+    return derived_task_id(delivery.queue.name, delivery.sidx, delivery.entry_id.decode())

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.worker")
 
 SETTLE_CHUNK = 500
-FIELDS_PER_ENTRY = 12
 
 
 class Settler:
@@ -105,8 +104,11 @@ class Settler:
         for start in range(0, len(items), SETTLE_CHUNK):
             chunk = items[start : start + SETTLE_CHUNK]
             keys: list[str] = list(queue.settle_keys)
-            args: list[Any] = [GROUP, self._consumer, self._dead_cap, len(chunk)]
+            args: list[Any] = [GROUP, self._consumer, self._dead_cap]
             for delivery, o in chunk:
+                if o.op == "o":  # the hot path: a success with nothing to record
+                    args += ("o", delivery.sidx, delivery.entry_id)
+                    continue
                 rk = dk = xk = 0
                 if o.result_key is not None:
                     keys.append(o.result_key)

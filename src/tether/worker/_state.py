@@ -48,6 +48,8 @@ class Delivery:
     counted: bool = True
     """This worker raised the delivery count (by fetching it, or by starting a suspect)."""
     started: bool = False
+    indexed: bool = True
+    """The task has an id of its own and an index entry (False for plain enqueues)."""
     envelope: Envelope | None = None
     cancel_requested: bool = False
 
