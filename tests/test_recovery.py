@@ -317,3 +317,79 @@ def test_a_worker_killed_while_reclaiming_does_not_stop_the_others(
     workers.append(other)
     wait_until(lambda: len({r.tag for r in runs(rds, namespace)}) == 400, timeout=30)
     wait_until(lambda: not pending(rds, namespace), timeout=10)
+
+
+def test_a_deadlocked_worker_stops_renewing_and_releases_its_tasks(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    stall = 1.5
+    a = WorkerProcess(url, namespace, "a", log_dir=tmp_path, stall_timeout=stall)
+    workers.append(a)
+    a.wait_ready(rds)
+    enqueue(url, namespace, "deadlock", ("stuck",))
+    wait_until(lambda: len(starts(rds, namespace)) == 1)
+    stuck_at = starts(rds, namespace)[0].at
+    b = WorkerProcess(url, namespace, "b", log_dir=tmp_path)
+    workers.append(b)
+    wait_until(lambda: len(starts(rds, namespace)) == 2, timeout=15)
+    again = starts(rds, namespace)[1]
+    assert again.pid == b.pid
+    # released once the loop was silent for stall_timeout and the lease then expired
+    assert stall <= again.at - stuck_at <= stall + TTL + RECLAIM + MARGIN
+    assert "event loop has not ticked" in a.log()
+
+
+def test_a_second_signal_exits_at_once_and_the_lease_brings_the_tasks_back(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    a = WorkerProcess(url, namespace, "a", log_dir=tmp_path, shutdown_grace=60)
+    workers.append(a)
+    a.wait_ready(rds)
+    enqueue(url, namespace, "slow", ("long", 30.0))
+    wait_until(lambda: len(starts(rds, namespace)) == 1)
+    a.signal(signal.SIGTERM)
+    wait_until(lambda: "stopping gracefully" in a.log())
+    t0 = time.monotonic()
+    a.signal(signal.SIGTERM)
+    assert a.wait(10) == 130
+    assert time.monotonic() - t0 < 2
+    assert "exiting at once" in a.log()
+    b = WorkerProcess(url, namespace, "b", log_dir=tmp_path)
+    workers.append(b)
+    wait_until(lambda: len(starts(rds, namespace)) == 2, timeout=10)
+    assert starts(rds, namespace)[1].pid == b.pid
+
+
+def test_dead_consumers_are_pruned_only_without_pending_entries(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    enqueue(url, namespace, "record", ("held",))
+    stream = QueueKeys.of(namespace, "default").stream("normal")
+    rds.xgroup_create(stream, GROUP, "0")
+    rds.xreadgroup(GROUP, "gone-empty", {stream: ">"}, count=1)  # takes the entry...
+    rds.xack(stream, GROUP, rds.xpending_range(stream, GROUP, "-", "+", 1)[0]["message_id"])
+    enqueue(url, namespace, "slow", ("busy", 30.0))
+    rds.xreadgroup(GROUP, "gone-busy", {stream: ">"}, count=1)  # ...and this one keeps one
+    rds.set(QueueKeys.of(namespace, "default").lease("gone-busy"), "x", px=60_000)  # alive
+    w = WorkerProcess(url, namespace, "w", log_dir=tmp_path, housekeeping_interval=0.5)
+    workers.append(w)
+    w.wait_ready(rds)
+
+    def consumers() -> set[str]:
+        return {c["name"].decode() for c in rds.xinfo_consumers(stream, GROUP)}
+
+    wait_until(lambda: "gone-empty" not in consumers(), timeout=10)
+    assert "gone-busy" in consumers()  # alive, and it holds an entry
+    # Without a lease but with a pending entry, prune refuses (DELCONSUMER would drop it).
+    from tether.scripts import PRUNE
+
+    keys = QueueKeys.of(namespace, "default")
+    rds.delete(keys.lease("gone-busy"))
+    w.signal(signal.SIGSTOP)  # keep the worker from reclaiming it meanwhile
+    try:
+        assert (
+            PRUNE.run_sync(rds, [*keys.streams, keys.lease("gone-busy")], [GROUP, "gone-busy"]) == 0
+        )
+        assert "gone-busy" in consumers()
+    finally:
+        w.signal(signal.SIGCONT)

@@ -105,6 +105,13 @@ def main() -> None:
     help="Pending entries examined per XPENDING page.",
 )
 @click.option(
+    "--housekeeping-interval",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds between sweeps for dead consumers.",
+)
+@click.option(
     "--shutdown-grace",
     type=float,
     default=30.0,
@@ -134,6 +141,7 @@ def worker(
     stall_timeout: float,
     max_deliveries: int,
     reclaim_page_size: int,
+    housekeeping_interval: float,
     shutdown_grace: float,
     no_scheduler: bool,
     log_level: str,
@@ -161,6 +169,7 @@ def worker(
             stall_timeout=stall_timeout,
             max_deliveries=max_deliveries,
             reclaim_page_size=reclaim_page_size,
+            housekeeping_interval=housekeeping_interval,
             shutdown_grace=shutdown_grace,
             scheduler=not no_scheduler,
         )

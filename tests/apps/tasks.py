@@ -88,3 +88,11 @@ def sync_record(tag: str) -> str:
     finally:
         client.close()
     return tag
+
+
+@app.task
+async def deadlock(tag: str) -> str:
+    """Blocks the event loop for good, as a deadlocked worker would."""
+    await _note(starts_key(), tag)
+    time.sleep(3600)  # noqa: ASYNC251 - blocking the loop is the point
+    return tag

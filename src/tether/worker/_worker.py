@@ -57,6 +57,9 @@ class _ReadGroup:
         }
         self.next_maintenance = 0.0
         self.next_housekeeping = 0.0
+        self.reclaim_after = 0.0
+        """No reclaim before this monotonic time (set after an outage)."""
+        self.failures = 0
         self.resync = True
         self.name = ",".join(q.name for q in queues)
 
@@ -82,12 +85,12 @@ class Worker:
         self._held: dict[tuple[str, bytes], Delivery] = {}
         self._late: list[Delivery] = []
         self._settle_watchers: list[set[tuple[str, bytes]]] = []
+        self._reclaim_after = 0.0
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
         self._signals = 0
         self._last_tick = time.monotonic()
         self._started = False
-        self._failures = 0
         self._crash: BaseException | None = None
         self.ready = threading.Event()
         """Set once the worker has its lease and starts fetching (for tests and embedders)."""
@@ -192,6 +195,7 @@ class Worker:
                 await create_groups(self._client, (s for q in self.queues for s in q.streams))
                 if attempt:
                     log.info("connected to %s", self.app.target.redacted)
+                    self._reclaim_after = time.monotonic() + self._outage_grace()
                 return server
             except CONNECTION_ERRORS as exc:
                 attempt += 1
@@ -252,8 +256,12 @@ class Worker:
 
     def _read_groups(self) -> list[_ReadGroup]:
         if self.app.target.kind == "cluster":
-            return [_ReadGroup([q]) for q in self.queues]
-        return [_ReadGroup(self.queues)]
+            groups = [_ReadGroup([q]) for q in self.queues]
+        else:
+            groups = [_ReadGroup(self.queues)]
+        for group in groups:  # after waiting for the server at start, as after an outage
+            group.reclaim_after = self._reclaim_after
+        return groups
 
     async def _serve(self) -> None:
         assert self._stop_event is not None
@@ -305,14 +313,18 @@ class Worker:
         while not self._stopping:
             try:
                 await self._cycle(group)
-                if self._failures:
+                if group.failures:
                     log.info("Redis is reachable again; resuming")
-                    self._failures = 0
+                    group.failures = 0
+                    # Live workers could not renew their leases during the outage either:
+                    # give them two heartbeats to do so before judging anyone dead.
+                    group.reclaim_after = time.monotonic() + self._outage_grace()
             except CONNECTION_ERRORS as exc:
                 group.resync = True
-                self._failures += 1
-                delay = self._backoff(self._failures)
-                if self._failures == 1:
+                group.reclaim_after = float("inf")  # until the server answers again
+                group.failures += 1
+                delay = self._backoff(group.failures)
+                if group.failures == 1:
                     log.warning("lost the connection to Redis (%s); retrying with backoff", exc)
                 else:
                     log.debug("Redis still unreachable (%s); next try in %.1fs", exc, delay)
@@ -369,9 +381,10 @@ class Worker:
 
     async def _maintain(self, group: _ReadGroup, now: float) -> None:
         s = self.settings
+        reclaim = now >= group.reclaim_after
         for queue in group.queues:
             await self._maintenance.promote(queue)
-            if self._capacity.free > 0:
+            if reclaim and self._capacity.free > 0:
                 await self._maintenance.reclaim(queue)
         if now >= group.next_housekeeping:
             group.next_housekeeping = now + s.housekeeping_interval * random.uniform(0.8, 1.2)
@@ -556,6 +569,12 @@ class Worker:
             log.info("worker %s stopped: %s", self.name, _format_counters(self.counters))
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _outage_grace(self) -> float:
+        """How long after an outage reclaim waits: two heartbeats, so every live worker
+        renews its lease (which may have expired while the server was away) before anyone
+        judges it dead."""
+        return 2 * self.settings.heartbeat_interval + self.settings.reclaim_interval
 
     def _backoff(self, attempt: int) -> float:
         cap = self.settings.reconnect_max_delay
