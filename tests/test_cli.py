@@ -18,7 +18,17 @@ from tether.cli import main
 
 from .helpers import ROOT, WorkerProcess, wait_until
 
-COMMANDS = [[], ["worker"], ["demo"], ["dead"], ["dead", "list"], ["schedules"], ["scheduler"]]
+COMMANDS = [
+    [],
+    ["worker"],
+    ["demo"],
+    ["dead"],
+    ["dead", "list"],
+    ["schedules"],
+    ["scheduler"],
+    ["task"],
+    ["task", "result"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "tether")

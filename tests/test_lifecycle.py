@@ -413,7 +413,7 @@ async def test_hooks_run_and_a_failing_hook_does_not_stop_the_worker(
                 await bad.result(timeout=5)
     assert recorder.events.count("enqueue") == 2
     assert "retry" in recorder.events and "dead" in recorder.events
-    assert "after:ok" in recorder.events
+    assert "after:succeeded" in recorder.events
     assert "middleware Broken.before_run failed" in caplog.text
 
 
@@ -435,3 +435,39 @@ async def test_a_task_that_opts_out_of_results_leaves_nothing_behind(
     assert list(rds.scan_iter(f"*{app.namespace}*")) == [
         k for k in rds.scan_iter(f"*{app.namespace}*") if b":stream:" in k or b":lease:" in k
     ]
+
+
+async def test_task_cli_status_result_and_cancel(app: Tether, url: str, namespace: str) -> None:
+    from click.testing import CliRunner
+
+    from tether.cli import main
+
+    @app.task
+    async def double(x: int) -> int:
+        return 2 * x
+
+    @app.task
+    async def broken() -> None:
+        raise KeyError("missing")
+
+    ok, bad = await double.enqueue(21), await broken.enqueue()
+    later = await double.options(delay=60).enqueue(1)
+    async with running_worker(app):
+        await ok.result(timeout=5)
+        with pytest.raises(TaskFailed):
+            await bad.result(timeout=5)
+    base = ["--url", url, "--namespace", namespace]
+    runner = CliRunner()
+
+    async def run(*args: str) -> Any:
+        return await asyncio.to_thread(runner.invoke, main, ["task", *args, *base])
+
+    assert (await run("status", ok.id)).output.strip() == "succeeded"
+    assert (await run("result", ok.id)).output.strip() == "42"
+    failed = await run("result", bad.id)
+    assert failed.exit_code == 1 and "failed: KeyError" in failed.output
+    assert (await run("status", later.id)).output.strip() == "scheduled"
+    assert (await run("cancel", later.id)).output.strip() == "cancelled"
+    assert (await run("status", later.id)).output.strip() == "cancelled"
+    unknown = await run("status", "default:0123456789abcdef0123456789abcdef")
+    assert unknown.exit_code == 1 and "unknown" in unknown.output

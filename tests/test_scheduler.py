@@ -29,7 +29,7 @@ def enqueued_ticks(
     out = []
     for stream in QueueKeys.of(namespace, queue).streams:
         for _, fields in rds.xrange(stream):
-            opts = json.loads(fields[b"m"])["opts"]
+            opts = json.loads(fields[b"m"]).get("opts", {})
             if "tick" in opts and schedule in (None, opts["schedule"]):
                 out.append(opts["tick"])
     return out
@@ -180,7 +180,7 @@ async def test_a_cron_schedule_across_dst_changes_fires_at_the_right_instants(
             for minute in range(0, 26 * 60, 5):  # injected time, five minutes a step
                 await scheduler.run_once(now=day.timestamp() + minute * 60)
         for _, fields in rds.xrange(QueueKeys.of(app.namespace, "default").stream("normal")):
-            opts = json.loads(fields[b"m"])["opts"]
+            opts = json.loads(fields[b"m"]).get("opts", {})
             moment = datetime.fromtimestamp(opts["tick"] / 1000, tz=rome)
             fired[opts["schedule"]].append(moment.isoformat())
     spring = [t for t in fired["hourly"] if t.startswith("2026-03-29")]
@@ -208,7 +208,7 @@ async def test_missed_tick_policies(app: Tether, rds: redis.Redis) -> None:
     keys = QueueKeys.of(app.namespace, "default")
     by_schedule: dict[str, list[int]] = {}
     for _, fields in rds.xrange(keys.stream("normal")):
-        opts = json.loads(fields[b"m"])["opts"]
+        opts = json.loads(fields[b"m"]).get("opts", {})
         by_schedule.setdefault(opts["schedule"], []).append(opts["tick"])
     base = int(t0 * 1000)
     assert by_schedule == {
@@ -227,7 +227,10 @@ async def test_first_sight_fires_only_with_run_at_startup(app: Tether, rds: redi
     await scheduler.run_once()
     await scheduler.run_once()
     keys = QueueKeys.of(app.namespace, "default")
-    fired = [json.loads(f[b"m"])["opts"]["schedule"] for _, f in rds.xrange(keys.stream("normal"))]
+    fired = [
+        json.loads(f[b"m"]).get("opts", {})["schedule"]
+        for _, f in rds.xrange(keys.stream("normal"))
+    ]
     assert fired == ["yearly"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import TetherError
 
@@ -31,12 +32,28 @@ class TaskContext:
     """The schedule tick this run is for (unix ms), if any."""
 
 
-_current: ContextVar[TaskContext | None] = ContextVar("tether_task", default=None)
+class LazyContext:
+    """Holds what a TaskContext is made of, and builds it only when asked: most tasks never
+    ask, and the worker's hot path should not pay for it."""
+
+    __slots__ = ("_ctx", "_fields")
+
+    def __init__(self, *fields: Any) -> None:
+        self._fields = fields
+        self._ctx: TaskContext | None = None
+
+    def get(self) -> TaskContext:
+        if self._ctx is None:
+            self._ctx = TaskContext(*self._fields)
+        return self._ctx
+
+
+_current: ContextVar[LazyContext | None] = ContextVar("tether_task", default=None)
 
 
 def current_task() -> TaskContext:
     """The context of the task running in this coroutine or thread."""
-    ctx = _current.get()
-    if ctx is None:
+    holder = _current.get()
+    if holder is None:
         raise TetherError("current_task() was called outside a running Tether task")
-    return ctx
+    return holder.get()

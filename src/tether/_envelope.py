@@ -2,8 +2,12 @@
 
 A stream entry holds one field, ``m``, with the encoded envelope::
 
-    {"v": 1, "id": "default:9f…", "task": "app.add", "args": [1, 2], "kwargs": {},
-     "enq": 1732870000000, "try": 1, "opts": {"timeout": 30}}
+    {"v": 1, "task": "app.add", "args": [1, 2], "kwargs": {"z": 3}, "id": "default:9f…",
+     "try": 2, "opts": {"timeout": 30}, "enq": 1732870000000}
+
+``v``, ``task`` and ``args`` are always there; ``kwargs`` (default ``{}``), ``id`` (a plain
+enqueue's id is derived from its stream entry), ``try`` (default 1) and ``opts`` (default
+``{}``) are left out at their defaults.
 
 Pickle is never the default: a payload must not be able to run code in the worker.
 """
@@ -67,16 +71,17 @@ class Envelope:
     options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": ENVELOPE_VERSION,
-            "id": self.id or None,
-            "task": self.task,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "enq": self.enqueued_ms,
-            "try": self.attempt,
-            "opts": self.options,
-        }
+        out: dict[str, Any] = {"v": ENVELOPE_VERSION, "task": self.task, "args": self.args}
+        if self.kwargs:
+            out["kwargs"] = self.kwargs
+        if self.id:
+            out["id"] = self.id
+        if self.attempt != 1:
+            out["try"] = self.attempt
+        if self.options:
+            out["opts"] = self.options
+        out["enq"] = self.enqueued_ms
+        return out
 
     def encode(self, serializer: Serializer) -> bytes:
         return serializer.dumps(self.to_dict())
@@ -109,10 +114,10 @@ class Envelope:
                 id=raw_id if isinstance(raw_id, str) else raw["id"],
                 task=raw["task"],
                 args=raw["args"],
-                kwargs=raw["kwargs"],
-                enqueued_ms=raw["enq"],
-                attempt=raw["try"],
-                options=raw["opts"],
+                kwargs=raw.get("kwargs") or {},
+                enqueued_ms=raw.get("enq", 0),
+                attempt=raw.get("try", 1),
+                options=raw.get("opts") or {},
             )
         except KeyError as exc:
             raise BadEnvelope(

@@ -28,7 +28,8 @@ class Middleware:
     async def after_run(
         self, ctx: TaskContext, status: str, value: Any, error: BaseException | None
     ) -> None:
-        """After the function returned or raised; ``status`` is the outcome recorded."""
+        """After the function returned or raised; ``status`` is ``succeeded`` or ``failed``
+        (a retry calls :meth:`on_retry` instead)."""
 
     async def on_retry(self, ctx: TaskContext, error: BaseException, delay: float) -> None:
         """When a failed attempt is scheduled to run again after ``delay`` seconds."""

@@ -210,11 +210,12 @@ def demo(url: str | None, workers: int, tasks: int, concurrency: int, timeout: f
 
 
 def _register_optional_commands() -> None:
-    from .cli_admin import dead, scheduler, schedules
+    from .cli_admin import dead, scheduler, schedules, task
 
     main.add_command(dead)
     main.add_command(schedules)
     main.add_command(scheduler)
+    main.add_command(task)
 
 
 _register_optional_commands()

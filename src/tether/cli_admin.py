@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,6 +31,14 @@ def app_options(fn: F) -> F:
         metavar="APP",
         help="module:attribute of your app (for its serializer); optional.",
     )(fn)
+    return connection_options(fn)
+
+
+def task_options(fn: F) -> F:
+    fn = click.option(
+        "--app", "app_spec", default=None, metavar="APP",
+        help="module:attribute of your app (for its serializer); optional.",
+    )(fn)  # fmt: skip
     return connection_options(fn)
 
 
@@ -285,3 +294,77 @@ def scheduler(
             await runner.run(stop)
 
     asyncio.run(main())
+
+
+@click.group()
+def task() -> None:
+    """Follow one task by its id: status, result, cancel."""
+
+
+def _task_app(url: str | None, namespace: str | None, app_spec: str | None) -> Tether:
+    return _make_app(app_spec, url, namespace)
+
+
+@task.command("status")
+@click.argument("task_id")
+@task_options
+def task_status(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
+    """Print the task's status (queued, scheduled, running, succeeded, ...)."""
+    from ._errors import TetherError
+
+    app = _task_app(url, namespace, app_spec)
+    try:
+        status = _run(app, lambda a: a.handle(task_id).status())
+    except TetherError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(status.value)
+
+
+@task.command("result")
+@click.argument("task_id")
+@task_options
+@click.option(
+    "--timeout",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait (0: do not wait).",
+)
+def task_result(
+    task_id: str,
+    app_spec: str | None,
+    url: str | None,
+    namespace: str | None,
+    timeout: float,
+) -> None:
+    """Print the task's result as JSON, or its error (exit status 1)."""
+    from ._errors import ResultTimeout, TaskFailed, TetherError
+
+    app = _task_app(url, namespace, app_spec)
+    try:
+        value = _run(app, lambda a: a.handle(task_id).result(timeout=timeout or 0.001))
+    except TaskFailed as failed:
+        click.echo(f"{failed.status}: {failed.error_type}: {failed.error_message}", err=True)
+        if failed.traceback:
+            click.echo(failed.traceback, err=True)
+        sys.exit(1)
+    except ResultTimeout:
+        raise click.ClickException(f"task {task_id} has no result yet") from None
+    except TetherError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(value))
+
+
+@task.command("cancel")
+@click.argument("task_id")
+@task_options
+def task_cancel(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
+    """Cancel a queued, scheduled or running task."""
+    from ._errors import TetherError
+
+    app = _task_app(url, namespace, app_spec)
+    try:
+        done = _run(app, lambda a: a.handle(task_id).cancel())
+    except TetherError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo("cancelled" if done else "already finished")

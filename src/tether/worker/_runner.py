@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .._context import TaskContext, _current
+from .._context import LazyContext, _current
 from .._envelope import BadEnvelope, Envelope
 from .._errors import Retry
 from .._keys import derived_task_id
@@ -205,23 +205,16 @@ class Runner:
         cfg = task.config
         opts = env.options
         retries = opts.get("retries", cfg.retries)
-        ctx = TaskContext(
-            task_id=env.id,
-            task_name=env.task,
-            queue=delivery.queue.name,
-            priority=PRIORITIES[delivery.sidx - 1],
-            attempt=env.attempt,
-            max_attempts=retries + 1,
-            deliveries=delivery.deliveries,
-            enqueued_ms=env.enqueued_ms,
-            worker=self.worker_name,
-            schedule=opts.get("schedule"),
-            scheduled_for_ms=opts.get("tick"),
-        )
+        # In TaskContext's field order; built only if the task or a hook asks for it.
+        ctx = LazyContext(
+            env.id, env.task, delivery.queue.name, PRIORITIES[delivery.sidx - 1], env.attempt,
+            retries + 1, delivery.deliveries, env.enqueued_ms, self.worker_name,
+            opts.get("schedule"), opts.get("tick"),
+        )  # fmt: skip
         timeout = opts.get("timeout", cfg.timeout)
         middleware = app.middleware
         if middleware:
-            await call_hooks(middleware, "before_run", ctx)
+            await call_hooks(middleware, "before_run", ctx.get())
         token = _current.set(ctx)
         free_slot = True
         try:
@@ -242,7 +235,7 @@ class Runner:
             _current.reset(token)
         outcome = self._succeeded(delivery, env, task, value)
         if middleware:
-            await call_hooks(middleware, "after_run", ctx, outcome.op, value, None)
+            await call_hooks(middleware, "after_run", ctx.get(), "succeeded", value, None)
         return outcome, free_slot
 
     async def _resolve(self, delivery: Delivery) -> tuple[Envelope, Task[Any, Any]] | Outcome:
@@ -353,7 +346,7 @@ class Runner:
         delivery: Delivery,
         env: Envelope,
         task: Task[Any, Any],
-        ctx: TaskContext,
+        ctx: LazyContext,
         exc: Exception,
         retries: int,
     ) -> Outcome:
@@ -393,7 +386,7 @@ class Runner:
                 else b""
             )
             if middleware:
-                await call_hooks(middleware, "on_retry", ctx, exc, delay)
+                await call_hooks(middleware, "on_retry", ctx.get(), exc, delay)
             keys = self._result_keys(delivery, env, store)
             return Outcome(
                 "retry",
@@ -409,8 +402,8 @@ class Runner:
         )
         log.warning("task %s (%s) %s", env.task, env.id, reason, exc_info=exc)
         if middleware:
-            await call_hooks(middleware, "after_run", ctx, "failed", None, exc)
-            await call_hooks(middleware, "on_dead", ctx, env.id, reason)
+            await call_hooks(middleware, "after_run", ctx.get(), "failed", None, exc)
+            await call_hooks(middleware, "on_dead", ctx.get(), env.id, reason)
         record = (
             make_record(self.app.serializer, "failed", env.task, env.attempt, error=err)
             if store

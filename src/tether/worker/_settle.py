@@ -63,6 +63,9 @@ class Settler:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            # One turn of the loop lets the other tasks whose replies already arrived finish
+            # too, so they share this round trip.
+            await asyncio.sleep(0)
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
