@@ -7,35 +7,11 @@ stored. The broker's consumer group starts at ``$``: the producer's ``broker.sta
 
 from __future__ import annotations
 
-from taskiq import TaskiqEvents, TaskiqState
 from taskiq_redis import RedisStreamBroker
 
 from .. import body
-from .base import Adapter as Base
-from .taskiq_cli import worker_argv
+from .taskiq_cli import adapter_for
 
 broker = RedisStreamBroker(body.CONFIG.url, queue_name=f"taskiq:{body.CONFIG.tag}")
 
-
-@broker.task
-async def noop(i: int) -> None:
-    await body.run(i)
-
-
-@broker.on_event(TaskiqEvents.WORKER_STARTUP)
-async def startup(state: TaskiqState) -> None:
-    await body.mark_ready()
-
-
-class Adapter(Base):
-    async def open(self) -> None:
-        await broker.startup()
-
-    async def close(self) -> None:
-        await broker.shutdown()
-
-    async def enqueue(self, i: int) -> None:
-        await noop.kiq(i)
-
-    def worker_argv(self, name: str) -> list[str]:
-        return worker_argv(self.script("taskiq"), f"{__name__}:broker", self.config.concurrency)
+Adapter = adapter_for(broker, __name__)
