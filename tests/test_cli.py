@@ -75,29 +75,21 @@ def test_worker_process_logs_its_limits_and_stops_on_sigterm(
     assert rds.exists(proc.lease_key()) == 0
 
 
-def test_demo_end_to_end(url: str) -> None:
+def run_demo(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`tether demo` in its own process: on an embedded server, or on ``url``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("TETHER_URL", None)
+    if url:
+        env["TETHER_URL"] = url
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "demo", *args],
+        env=env, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_demo_end_to_end(url: str) -> None:
     t0 = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "demo",
-            "--tasks",
-            "300",
-            "--workers",
-            "2",
-            "--timeout",
-            "60",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    done = run_demo("--tasks", "300", "--workers", "2", "--timeout", "60")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "started an embedded server" in done.stdout
     assert "throughput" in done.stdout
@@ -106,30 +98,14 @@ def test_demo_end_to_end(url: str) -> None:
 
 
 def test_demo_with_a_given_url(url: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TETHER_URL": url}
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "demo", "--tasks", "100", "--workers", "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    done = run_demo("--tasks", "100", "--workers", "2", url=url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "embedded server" not in done.stdout
     assert "100" in done.stdout
 
 
 def test_demo_stops_every_process_it_started(url: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "demo", "--tasks", "50", "--workers", "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    done = run_demo("--tasks", "50", "--workers", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     pids = [
         int(p)

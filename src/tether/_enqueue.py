@@ -18,6 +18,7 @@ from ._envelope import ENVELOPE_VERSION, Serializer, find_unserializable
 from ._errors import EnqueueError, SerializationError
 from ._keys import derived_task_id
 from ._middleware import call_hooks
+from ._redis import text
 from ._settings import PRIORITIES
 from ._task import CallOptions, Task, TaskHandle
 from .scripts import APPEND, ENQUEUE
@@ -76,7 +77,7 @@ async def enqueue(app: Tether, task: Task[Any, Any], calls: Calls) -> list[TaskH
     if plain:
         entries = await _append(app, plan[1].stream, payloads)
         handles: list[TaskHandle[Any]] = [
-            TaskHandle(app, derived_task_id(queue, sidx, _text(e)), queue) for e in entries
+            TaskHandle(app, derived_task_id(queue, sidx, text(e)), queue) for e in entries
         ]
     else:
         handles = await _enqueue_scripted(app, task, queue, sidx, ids, payloads)
@@ -205,7 +206,3 @@ def _serialization_error(
         f"task {task!r}: argument {name!r} ({type(value).__name__}) cannot be serialized by "
         f"the {serializer.name} serializer: {error}"
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -306,9 +306,14 @@ def close_sync(client: SyncClient) -> None:
         sentinel.close()
 
 
-def parse_version(text: str) -> tuple[int, ...]:
+def text(value: Any) -> str:
+    """A reply value as str: replies are bytes unless the client decodes them."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_version(version: str) -> tuple[int, ...]:
     out: list[int] = []
-    for piece in text.split("."):
+    for piece in version.split("."):
         digits = "".join(ch for ch in piece if ch.isdigit())
         out.append(int(digits) if digits else 0)
     return tuple(out)

@@ -10,8 +10,8 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
@@ -240,7 +240,6 @@ class AppSettings:
     connect_timeout: float = 5.0
     enqueue_replicas: int = 0
     enqueue_replicas_timeout: float = 1.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_name("namespace", self.namespace)
@@ -248,9 +247,3 @@ class AppSettings:
             object.__setattr__(self, key, seconds(getattr(self, key), key))
         _positive_int("dead_letter_maxlen", self.dead_letter_maxlen, 10)
         _positive_int("enqueue_replicas", self.enqueue_replicas, 0)
-
-
-def split_queues(value: str | Sequence[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(q.strip() for q in value.split(",") if q.strip())
-    return tuple(value)

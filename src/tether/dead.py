@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._envelope import BadEnvelope, Envelope
 from ._errors import TaskNotFound, TetherError
+from ._redis import text
 from ._task import TaskHandle
 from .scripts import DEAD_RETRY
 
@@ -131,7 +132,7 @@ class DeadLetters:
                 error = {"message": raw_error.decode(errors="replace")}
         at_ms = fields.get(b"at")
         return DeadLetter(
-            entry_id=entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id),
+            entry_id=text(entry_id),
             task_id=fields.get(b"id", b"").decode(),
             task=task,
             status=fields.get(b"status", b"dead").decode(),

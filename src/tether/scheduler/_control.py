@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 from .._keys import scheduler_tag
+from .._redis import text
 from ._schedule import Missed, Schedule
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ async def load_runtime(
         except (ConfigError, ValueError, TypeError):
             continue
     paused: Any = await client.smembers(keys.paused)
-    return schedules, {p.decode() if isinstance(p, bytes) else str(p) for p in paused}
+    return schedules, {text(p) for p in paused}
 
 
 class Schedules:
@@ -157,7 +158,7 @@ class Schedules:
     async def leader(self) -> str | None:
         """The instance that leads now (``host-pid:token``), or None."""
         raw: Any = await self.app.client.get(self.keys.leader)
-        return raw.decode() if isinstance(raw, bytes) else raw
+        return None if raw is None else text(raw)
 
     async def all(self) -> list[Schedule]:
         runtime, _ = await load_runtime(self.app, self.keys)
@@ -180,9 +181,7 @@ class Schedules:
             )
             last_tick = last_id = None
             if raw:
-                tick_text, _, last_id = (raw.decode() if isinstance(raw, bytes) else raw).partition(
-                    "|"
-                )
+                tick_text, _, last_id = text(raw).partition("|")
                 last_tick = int(tick_text)
                 last_id = last_id or None
             outcome = None

@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -225,7 +225,3 @@ def _format_seconds(value: float) -> str:
     if value % 60 == 0:
         return f"{int(value // 60)}m"
     return f"{value:g}s"
-
-
-def schedule_names(schedules: Sequence[Schedule]) -> list[str]:
-    return [s.name for s in schedules]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._envelope import Envelope
-from .._redis import TRANSIENT_ERRORS
+from .._redis import TRANSIENT_ERRORS, text
 from .._settings import PRIORITIES
 from ..scripts import LEAD, RELEASE, TICK
 from ._control import SchedulerKeys, load_runtime
@@ -167,8 +167,7 @@ class Scheduler:
         raw = await self.client.hget(self.app.keys(schedule.queue).schedules, schedule.name)
         if raw is None:
             return None
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        return int(text.split("|", 1)[0])
+        return int(text(raw).split("|", 1)[0])
 
     async def _handle(self, schedule: Schedule, now_ms: int) -> None:
         marker = self._markers.get(schedule.name)
@@ -224,7 +223,7 @@ class Scheduler:
             self.client, [*keys.streams, keys.index, keys.delayed, keys.schedules], args
         )
         for (tick, _), result in zip(ticks, results, strict=True):
-            state = result.decode() if isinstance(result, bytes) else str(result)
+            state = text(result)
             if state == "enqueued":
                 self.fired += 1
                 log.info("schedule %s fired for tick %d", schedule.name, tick)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from .._keys import GROUP
+from .._redis import text
 from .._settings import ABANDONED
 from ..scripts import CLAIM, HANDOFF, PROMOTE, PRUNE
 
@@ -95,12 +96,12 @@ class Maintenance:
         wrapped = len(rows) < self._page
         if rows:
             last = _field(rows[-1], "message_id", 0)
-            queue.cursors[sidx - 1] = "-" if wrapped else "(" + _text(last)
+            queue.cursors[sidx - 1] = "-" if wrapped else "(" + text(last)
         else:
             queue.cursors[sidx - 1] = "-"
         candidates: list[tuple[bytes, str]] = []
         for row in rows:
-            owner = _text(_field(row, "consumer", 1))
+            owner = text(_field(row, "consumer", 1))
             if owner != self._me:
                 candidates.append((_bytes(_field(row, "message_id", 0)), owner))
         if not candidates:
@@ -136,9 +137,9 @@ class Maintenance:
             entry_id, payload, deliveries, owner = reply[i : i + 4]
             log.info(
                 "claimed entry %s of %s from %s (delivery %d)",
-                _text(entry_id),
+                text(entry_id),
                 stream,
-                _text(owner),
+                text(owner),
                 deliveries,
             )
             self._accept(queue, sidx, bytes(entry_id), payload, int(deliveries), True)
@@ -173,7 +174,7 @@ class Maintenance:
                         return False
                 if len(rows) < HISTORY_PAGE:
                     break
-                start = "(" + _text(_field(rows[-1], "message_id", 0))
+                start = "(" + text(_field(rows[-1], "message_id", 0))
         return True
 
     async def _resume(self, queue: QueueState, sidx: int, entry_ids: list[bytes]) -> None:
@@ -220,7 +221,7 @@ class Maintenance:
                 out += [(sidx, _bytes(_field(r, "message_id", 0))) for r in rows]
                 if len(rows) < 1000:
                     break
-                start = "(" + _text(_field(rows[-1], "message_id", 0))
+                start = "(" + text(_field(rows[-1], "message_id", 0))
         return out
 
     # -- housekeeping -------------------------------------------------------------------
@@ -235,7 +236,7 @@ class Maintenance:
                 continue
             for c in consumers:
                 info = _as_dict(c)
-                name = _text(info.get("name", b""))
+                name = text(info.get("name", b""))
                 if name and name != self._me and int(info.get("pending", 0)) == 0:
                     names.add(name)
         removed = 0
@@ -258,18 +259,14 @@ def _field(row: Any, name: str, index: int) -> Any:
     return row[index]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
-        return {_text(k): v for k, v in value.items()}
-    return {_text(value[i]): value[i + 1] for i in range(0, len(value), 2)}
+        return {text(k): v for k, v in value.items()}
+    return {text(value[i]): value[i + 1] for i in range(0, len(value), 2)}
 
 
 def _stream_entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes] | None]]:

@@ -28,9 +28,6 @@ class Outcome:
     dedup_hold_ms: int = 0
 
 
-OK_BARE = "ok"
-
-
 def error_fields(exc: BaseException) -> dict[str, str]:
     return {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),

@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 
 from .._errors import ServerError
 from .._keys import GROUP
-from .._redis import AsyncClient, parse_version
+from .._redis import AsyncClient, parse_version, text
 
 log = logging.getLogger("tether.worker")
 
@@ -25,12 +25,8 @@ def _per_node(reply: Any) -> list[dict[str, Any]]:
     if isinstance(reply, dict):
         return [reply]
     if isinstance(reply, list):  # CONFIG GET as a flat list
-        return [{_s(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}]
+        return [{text(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}]
     return []
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _every_primary(client: AsyncClient) -> dict[str, Any]:
@@ -44,14 +40,14 @@ async def check_version(client: AsyncClient) -> str:
     """Refuse servers older than 6.2; return a description such as 'Valkey 9.1.2'."""
     names: set[str] = set()
     for info in _per_node(await client.info("server", **_every_primary(client))):
-        version = _s(info.get("redis_version", "0"))
+        version = text(info.get("redis_version", "0"))
         if parse_version(version) < MIN_VERSION:
             raise ServerError(
                 f"Redis {version} is too old: Tether needs Redis 6.2 or newer (or Valkey), "
                 "for XPENDING ranges, XCLAIM and SET ... GET"
             )
         if "valkey_version" in info:
-            names.add(f"Valkey {_s(info['valkey_version'])}")
+            names.add(f"Valkey {text(info['valkey_version'])}")
         else:
             names.add(f"Redis {version}")
     return ", ".join(sorted(names))
@@ -66,7 +62,7 @@ async def check_eviction_policy(client: AsyncClient) -> None:
         log.debug("cannot read maxmemory-policy (%s); skipping the eviction check", exc)
         return
     for node in _per_node(reply):
-        policy = _s(node.get("maxmemory-policy", "noeviction"))
+        policy = text(node.get("maxmemory-policy", "noeviction"))
         if policy != "noeviction":
             log.warning(
                 "the server's maxmemory-policy is %r, not 'noeviction': under memory pressure "

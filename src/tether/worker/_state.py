@@ -84,16 +84,13 @@ class Capacity:
             self.used -= n
             self._freed.set()
 
-    async def wait_for_free(self, timeout: float, at_least: int = 1) -> None:
-        """Wait until ``at_least`` slots are free, or ``timeout`` seconds passed."""
-        deadline = asyncio.get_running_loop().time() + max(timeout, 0.001)
-        while self.free < at_least:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            self._freed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._freed.wait(), remaining)
+    async def wait_for_free(self, timeout: float) -> None:
+        """Wait until a slot is free, or ``timeout`` seconds passed."""
+        if self.free > 0:
+            return
+        self._freed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._freed.wait(), max(timeout, 0.001))
 
 
 @dataclass
