@@ -110,3 +110,36 @@ async def test_eviction_policy_warning(
         assert "maxmemory-policy is 'allkeys-lru', not 'noeviction'" in caplog.text
     finally:
         proc.cleanup()
+
+
+async def test_a_worker_whose_streams_vanish_mid_task_carries_on(
+    app: Tether, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server restarted without its data (or a deleted stream) while a task runs: its ack
+    has nothing left to acknowledge, and the worker goes on serving."""
+    import redis.asyncio
+
+    from tether._keys import QueueKeys
+
+    release = asyncio.Event()
+    done: list[str] = []
+
+    @app.task
+    async def job(tag: str) -> None:
+        if tag == "first":
+            await release.wait()
+        done.append(tag)
+
+    caplog.set_level(logging.WARNING, "tether")
+    await job.enqueue("first")
+    async with running_worker(app) as worker:
+        await eventually(lambda: worker.held == 1)
+        raw = redis.asyncio.Redis.from_url(app.settings.url)
+        await raw.delete(*QueueKeys.of(app.namespace, "default").streams)
+        await raw.aclose()
+        release.set()
+        # its ack finds no group (dropped) or, once the groups are back, no entry (lost lease)
+        await eventually(lambda: worker.held == 0)
+        assert "crashed" not in caplog.text
+        await job.enqueue("second")
+        await eventually(lambda: done == ["first", "second"], timeout=10)

@@ -306,6 +306,16 @@ def close_sync(client: SyncClient) -> None:
         sentinel.close()
 
 
+def is_missing_group(exc: BaseException) -> bool:
+    """The stream or its consumer group is gone: the server restarted without its data, or
+    someone deleted the stream (a read blocked on it then fails with UNBLOCKED). The entries
+    a worker held there no longer exist."""
+    message = str(exc)
+    return isinstance(exc, redis.exceptions.ResponseError) and (
+        "NOGROUP" in message or message.startswith("UNBLOCKED the stream key no longer exists")
+    )
+
+
 def text(value: Any) -> str:
     """A reply value as str: replies are bytes unless the client decodes them."""
     return value.decode() if isinstance(value, bytes) else str(value)

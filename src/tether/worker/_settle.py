@@ -12,8 +12,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
+
 from .._keys import GROUP
-from .._redis import TRANSIENT_ERRORS
+from .._redis import TRANSIENT_ERRORS, is_missing_group
 from ..scripts import SETTLE
 
 if TYPE_CHECKING:
@@ -71,6 +73,16 @@ class Settler:
                 try:
                     await self._flush(batch)
                     failures = 0
+                except redis.exceptions.ResponseError as exc:
+                    if not is_missing_group(exc):
+                        raise
+                    # The server lost the streams (restarted empty): these entries no longer
+                    # exist, so there is nothing left to acknowledge.
+                    log.warning(
+                        "dropping %d outcomes: their streams were lost by the server (%s)",
+                        len(batch), exc,
+                    )  # fmt: skip
+                    self._on_settled([d for d, _ in batch])
                 except TRANSIENT_ERRORS as exc:
                     # Keep every outcome: they are settled when the server is back.
                     self._pending[:0] = batch
@@ -146,8 +158,9 @@ class Settler:
             if delivery.entry_id in lost:
                 self._counters.lost_leases += 1
                 log.warning(
-                    "lost lease: entry %s (%s) was claimed by another worker while it ran here; "
-                    "this worker's outcome (%s) is discarded and the new owner's counts",
+                    "lost lease: entry %s (%s) is no longer this worker's (another worker claimed "
+                    "it while it ran here, or the server lost it); this worker's outcome (%s) is "
+                    "discarded",
                     delivery.entry_id.decode(),
                     outcome.task_id or "unknown task",
                     outcome.op,

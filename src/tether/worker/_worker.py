@@ -28,7 +28,14 @@ from redis.exceptions import ResponseError
 
 from .._errors import ConfigError, TetherError
 from .._keys import GROUP
-from .._redis import TRANSIENT_ERRORS, AsyncClient, async_client, close_async, sync_client
+from .._redis import (
+    TRANSIENT_ERRORS,
+    AsyncClient,
+    async_client,
+    close_async,
+    is_missing_group,
+    sync_client,
+)
 from .._settings import PRIORITIES, WorkerSettings
 from ..scripts import FETCH, START
 from ._lease import LeaseKeeper
@@ -330,7 +337,7 @@ class Worker:
                     log.debug("Redis still unreachable (%s); next try in %.1fs", exc, delay)
                 await self._sleep_unless_stopped(delay)
             except ResponseError as exc:
-                if "NOGROUP" not in str(exc):
+                if not is_missing_group(exc):
                     log.exception("unexpected error from Redis; stopping the worker")
                     raise
                 log.warning(
@@ -532,6 +539,12 @@ class Worker:
         try:
             moved = await self._maintenance.handoff(deliveries)
             log.info("handed off %d %s entries to '%s'", moved, what, "abandoned")
+        except ResponseError as exc:
+            if not is_missing_group(exc):
+                raise
+            log.warning(
+                "%d entries were lost by the server (%s); nothing to hand off", len(deliveries), exc
+            )
         except CONNECTION_ERRORS as exc:
             log.warning(
                 "could not hand off %d entries (%s); they return when the lease expires",
@@ -554,6 +567,10 @@ class Worker:
                         for sidx, eid in own
                     ]
                     await self._hand_off(leftovers, "left over")
+        except ResponseError as exc:
+            if not is_missing_group(exc):
+                raise
+            log.warning("the server lost this worker's streams (%s); no leftovers to hand off", exc)
         except CONNECTION_ERRORS as exc:
             log.warning("could not check for leftover entries (%s)", exc)
 
