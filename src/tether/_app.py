@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, overload
@@ -59,6 +60,10 @@ class Tether:
     ) -> None:
         if isinstance(result_ttl, timedelta):
             result_ttl = result_ttl.total_seconds()
+        self.url_source = (
+            "code" if url else "TETHER_URL" if os.environ.get("TETHER_URL") else "default"
+        )
+        """Where the URL came from: 'code', 'TETHER_URL', 'default' or 'override'."""
         self.settings = AppSettings(
             url=url or os.environ.get("TETHER_URL") or DEFAULT_URL,
             namespace=namespace or os.environ.get("TETHER_NAMESPACE") or "tether",
@@ -150,6 +155,27 @@ class Tether:
         if fn is not None:
             return register(fn)
         return register
+
+    def configure(self, *, url: str | None = None, namespace: str | None = None) -> None:
+        """Point a closed app at another server or namespace (an explicit ``--url`` or
+        ``--namespace`` given to the CLI wins over the values in code)."""
+        if self._client is not None:
+            raise ConfigError("configure() needs a closed app: call it before `async with app`")
+        changes: dict[str, Any] = {}
+        if url is not None:
+            changes["url"] = url
+        if namespace is not None:
+            changes["namespace"] = namespace
+        if not changes:
+            return
+        settings = replace(self.settings, **changes)
+        self.target = parse_url(settings.url)
+        self.settings = settings
+        if url is not None:
+            self.url_source = "override"
+        self._keys.clear()
+        for task in self.tasks.values():
+            task.plan = None
 
     def add_middleware(self, middleware: Middleware) -> None:
         self.middleware = (*self.middleware, middleware)

@@ -115,6 +115,12 @@ class Worker:
         """Entries delivered to this worker and not yet settled."""
         return len(self._held)
 
+    @property
+    def free_capacity(self) -> int:
+        """Entries this worker may still take before it reaches ``max_pending``."""
+        capacity = getattr(self, "_capacity", None)
+        return self.settings.pending_limit if capacity is None else capacity.free
+
     async def run(self) -> None:
         if self._started:
             raise TetherError("a Worker runs once; create a new one to run again")
