@@ -35,7 +35,7 @@ async def test_worker_waits_for_an_unreachable_server_and_then_runs(
         heartbeat_interval=0.1, heartbeat_ttl=0.5, reclaim_interval=0.2, stall_timeout=5
     )
     run = asyncio.create_task(worker.run())
-    await eventually(lambda: "is unreachable" in caplog.text, timeout=10)
+    await eventually(lambda: "cannot reach the server at" in caplog.text, timeout=10)
     proc = EmbeddedServer(server.process.binary, port=port).start()
     try:
         async with app:

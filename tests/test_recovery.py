@@ -173,7 +173,7 @@ def test_sigterm_hands_buffered_entries_to_another_worker_at_once(
     wait_until(lambda: len(runs(rds, namespace)) == 5, timeout=10)
     assert len({r.tag for r in runs(rds, namespace)}) == 5
     assert rds.exists(a.lease_key()) == 0
-    assert "handed off 4 buffered entries" in a.log()
+    assert "handed off 4 entries (buffered) to other workers" in a.log()
 
 
 def test_a_restart_with_the_same_name_resumes_its_entries_at_once(
@@ -381,15 +381,14 @@ def test_dead_consumers_are_pruned_only_without_pending_entries(
     wait_until(lambda: "gone-empty" not in consumers(), timeout=10)
     assert "gone-busy" in consumers()  # alive, and it holds an entry
     # Without a lease but with a pending entry, prune refuses (DELCONSUMER would drop it).
-    from tether.scripts import PRUNE
+    from tether import scripts
 
     keys = QueueKeys.of(namespace, "default")
     rds.delete(keys.lease("gone-busy"))
     w.signal(signal.SIGSTOP)  # keep the worker from reclaiming it meanwhile
     try:
-        assert (
-            PRUNE.run_sync(rds, [*keys.streams, keys.lease("gone-busy")], [GROUP, "gone-busy"]) == 0
-        )
+        call = scripts.prune(keys.streams, keys.lease("gone-busy"), "gone-busy")
+        assert call.run_sync(rds) is False
         assert "gone-busy" in consumers()
     finally:
         w.signal(signal.SIGCONT)

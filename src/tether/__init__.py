@@ -13,6 +13,7 @@ from ._app import Tether
 from ._context import TaskContext, current_task
 from ._envelope import JsonSerializer, Serializer
 from ._errors import (
+    BlockingCallError,
     ConfigError,
     EnqueueError,
     NotOpen,
@@ -24,14 +25,18 @@ from ._errors import (
     TaskNotFound,
     TetherError,
 )
+from ._handle import TaskHandle
 from ._middleware import Middleware
 from ._settings import PRIORITIES, WorkerSettings
-from ._task import Backoff, Task, TaskCall, TaskHandle, TaskStatus
+from ._status import CancelResult, TaskStatus
+from ._task import Backoff, Task, TaskCall
 from ._version import __version__
 from .worker import Worker, WorkerCounters
 
 __all__ = [
     "Backoff",
+    "BlockingCallError",
+    "CancelResult",
     "ConfigError",
     "EnqueueError",
     "JsonSerializer",

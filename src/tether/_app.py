@@ -1,32 +1,33 @@
-"""The Tether app: settings, the connection, the task registry, and enqueue."""
+"""The Tether facade: declare tasks on it, enqueue them, and run workers for it.
+
+It is a :class:`~tether._core.Core` (settings, connection, keys, serializer, registry) with
+the declaring and composing methods on top. The parts it composes depend on the core, never
+on this module.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from typing_extensions import Self
 
-from . import _enqueue, _lifecycle
-from ._envelope import JsonSerializer, Serializer
-from ._errors import ConfigError, NotOpen
-from ._keys import QueueKeys, queue_of_task_id
-from ._middleware import Middleware
-from ._redis import AsyncClient, Target, async_client, close_async, parse_url
-from ._settings import AppSettings, WorkerSettings
-from ._task import Backoff, P, R, Task, TaskConfig, TaskHandle, TaskStatus, default_task_name
+from ._core import DEFAULT_URL, Core
+from ._errors import ConfigError
+from ._handle import TaskHandle
+from ._keys import queue_of_task_id
+from ._settings import WorkerSettings, check_name, check_priority
+from ._task import Backoff, P, R, Task, TaskConfig, default_task_name
 
 if TYPE_CHECKING:
     from .dead import DeadLetters
-    from .scheduler import Schedule, Scheduler, Schedules
+    from .scheduler import Scheduler, Schedules
     from .scheduler._schedule import Missed
     from .worker import Worker
 
-DEFAULT_URL = "redis://localhost:6379/0"
+__all__ = ["DEFAULT_URL", "Tether"]
 
 
 class _TaskDecorator(Protocol):
@@ -36,58 +37,32 @@ class _TaskDecorator(Protocol):
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
-class Tether:
+class Tether(Core):
     """A Tether app: declare tasks on it, enqueue them, and run workers for it.
 
     ``url`` defaults to the ``TETHER_URL`` environment variable, then to
     ``redis://localhost:6379/0``; ``namespace`` to ``TETHER_NAMESPACE``, then ``tether``.
-    Producers open the connection with ``async with app:``.
+    Producers open the connection with ``async with app:``; blocking producers
+    (``task.enqueue_sync``) open theirs at first use.
+
+    Keyword arguments: ``serializer`` (JSON by default), ``result_ttl`` (how long outcomes
+    are kept, 1 h), ``dead_letter_maxlen`` (10,000), ``socket_timeout`` (10 s),
+    ``connect_timeout`` (5 s), ``enqueue_replicas`` and ``enqueue_replicas_timeout`` (wait for
+    replicas on each enqueue), ``stats`` (record per-task statistics, on) and
+    ``stats_window`` (how long they are kept, 24 h), ``middleware``.
     """
 
-    def __init__(
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
         self,
-        url: str | None = None,
-        *,
-        namespace: str | None = None,
-        serializer: Serializer | None = None,
-        result_ttl: float | timedelta = 3600.0,
-        dead_letter_maxlen: int = 10_000,
-        socket_timeout: float = 10.0,
-        connect_timeout: float = 5.0,
-        enqueue_replicas: int = 0,
-        enqueue_replicas_timeout: float = 1.0,
-        middleware: Sequence[Middleware] = (),
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
-        if isinstance(result_ttl, timedelta):
-            result_ttl = result_ttl.total_seconds()
-        self.url_source = (
-            "code" if url else "TETHER_URL" if os.environ.get("TETHER_URL") else "default"
-        )
-        """Where the URL came from: 'code', 'TETHER_URL', 'default' or 'override'."""
-        self.settings = AppSettings(
-            url=url or os.environ.get("TETHER_URL") or DEFAULT_URL,
-            namespace=namespace or os.environ.get("TETHER_NAMESPACE") or "tether",
-            result_ttl=result_ttl,
-            dead_letter_maxlen=dead_letter_maxlen,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-            enqueue_replicas=enqueue_replicas,
-            enqueue_replicas_timeout=enqueue_replicas_timeout,
-        )
-        self.target: Target = parse_url(self.settings.url)
-        self.serializer: Serializer = serializer or JsonSerializer()
-        self.middleware: tuple[Middleware, ...] = tuple(middleware)
-        self.tasks: dict[str, Task[Any, Any]] = {}
-        self.declared_schedules: list[Schedule] = []
-        self._keys: dict[str, QueueKeys] = {}
-        self._client: AsyncClient | None = None
-
-    def __repr__(self) -> str:
-        return f"<Tether {self.target.redacted} namespace={self.namespace!r}>"
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.namespace
+        await self.close()
 
     # -- declaring --------------------------------------------------------------------
 
@@ -156,79 +131,31 @@ class Tether:
             return register(fn)
         return register
 
-    def configure(self, *, url: str | None = None, namespace: str | None = None) -> None:
-        """Point a closed app at another server or namespace (an explicit ``--url`` or
-        ``--namespace`` given to the CLI wins over the values in code)."""
-        if self._client is not None:
-            raise ConfigError("configure() needs a closed app: call it before `async with app`")
-        changes: dict[str, Any] = {}
-        if url is not None:
-            changes["url"] = url
-        if namespace is not None:
-            changes["namespace"] = namespace
-        if not changes:
-            return
-        settings = replace(self.settings, **changes)
-        self.target = parse_url(settings.url)
-        self.settings = settings
-        if url is not None:
-            self.url_source = "override"
-        self._keys.clear()
-        for task in self.tasks.values():
-            task.plan = None
+    def by_name(
+        self, name: str, *, queue: str = "default", priority: str = "normal"
+    ) -> Task[..., Any]:
+        """A task this process knows only by name, to enqueue it without importing its
+        module (a web tier that should not load the workers' dependencies). The worker that
+        runs it checks the arguments; a task it does not know goes to the dead letters. A
+        task registered in this app is returned as it is (and its arguments are checked)."""
+        registered = self.tasks.get(name)
+        if registered is not None:
+            return registered
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"task name {name!r} must be a non-empty string")
+        config = TaskConfig(
+            name=name, queue=check_name("queue", queue), priority=check_priority(priority)
+        )
+        return Task(self, None, config)
 
-    def add_middleware(self, middleware: Middleware) -> None:
-        self.middleware = (*self.middleware, middleware)
+    async def enqueue_by_name(self, name: str, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Enqueue the task ``name`` with these arguments (see :meth:`by_name`; use
+        ``app.by_name(name, queue=...).options(...).enqueue(...)`` for options)."""
+        return await self.by_name(name).enqueue(*args, **kwargs)
 
-    # -- connection -------------------------------------------------------------------
-
-    async def open(self) -> Self:
-        """Open the connection (lazily connected). ``async with app:`` does this for you."""
-        if self._client is None:
-            self._client = async_client(
-                self.target,
-                socket_timeout=self.settings.socket_timeout,
-                connect_timeout=self.settings.connect_timeout,
-            )
-        return self
-
-    async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await close_async(client)
-
-    async def __aenter__(self) -> Self:
-        return await self.open()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    @property
-    def client(self) -> AsyncClient:
-        """The open asyncio client; raises :class:`NotOpen` outside ``async with app``."""
-        if self._client is None:
-            raise NotOpen("the Tether app is not open: use `async with app:` or `await app.open()`")
-        return self._client
-
-    def keys(self, queue: str) -> QueueKeys:
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys.of(self.namespace, queue)
-        return keys
-
-    # -- enqueue ----------------------------------------------------------------------
-
-    async def _enqueue(
-        self, task: Task[Any, Any], calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
-    ) -> list[TaskHandle[Any]]:
-        return await _enqueue.enqueue(self, task, calls)
-
-    # -- handles, outcomes ------------------------------------------------------------
+    def enqueue_by_name_sync(self, name: str, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """:meth:`enqueue_by_name`, blocking."""
+        return self.by_name(name).enqueue_sync(*args, **kwargs)
 
     def handle(self, task_id: str) -> TaskHandle[Any]:
         """Rebuild a handle from a task id, in any process."""
@@ -236,18 +163,10 @@ class Tether:
             queue = queue_of_task_id(task_id)
         except ValueError:
             raise ConfigError(
-                f"{task_id!r} is not a Tether task id (expected <queue>:<hex>)"
+                f"{task_id!r} is not a Tether task id (expected <queue>:<32 hex digits> or "
+                "<queue>:<stream index>-<entry id>)"
             ) from None
         return TaskHandle(self, task_id, queue)
-
-    async def _status(self, task_id: str) -> TaskStatus:
-        return await _lifecycle.status(self, task_id)
-
-    async def _result(self, task_id: str, timeout: float | timedelta | None) -> Any:
-        return await _lifecycle.wait_result(self, task_id, timeout)
-
-    async def _cancel(self, task_id: str) -> bool:
-        return await _lifecycle.cancel(self, task_id)
 
     def dead_letters(self, queue: str = "default") -> DeadLetters:
         """List, show, retry and purge the dead-letter stream of ``queue``."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import TetherError
@@ -11,10 +12,18 @@ from ._errors import TetherError
 
 @dataclass(frozen=True, slots=True)
 class TaskContext:
-    """What a running task may want to know about itself.
+    """What a running task may want to know about itself (``current_task()``).
 
-    ``attempt`` counts from 1; ``max_attempts`` is ``retries + 1``. ``deliveries`` counts the
-    times this entry was handed to a worker (above 1 after a worker died running it).
+    Attributes:
+        task_id: the task's id (``<queue>:<32 hex>``, or ``<queue>:<stream>-<entry id>`` for
+            a plain enqueue).
+        task_name: the registered name.
+        queue, priority: where it was enqueued.
+        attempt: counts from 1; ``max_attempts`` is ``retries + 1``.
+        deliveries: the times this entry was handed to a worker (above 1 after a worker
+            died running it).
+        enqueued_ms: when it was enqueued (unix ms, the producer's clock).
+        worker: the consumer name of the worker running it.
     """
 
     task_id: str
@@ -30,6 +39,9 @@ class TaskContext:
     """The schedule that enqueued this run, if any."""
     scheduled_for_ms: int | None = None
     """The schedule tick this run is for (unix ms), if any."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Headers sent with the task by the producer's middleware (``before_enqueue``), for
+    example a trace context."""
 
 
 class LazyContext:

@@ -1,30 +1,38 @@
-"""Enqueue: check and encode every call first, then write in one round trip.
+"""Enqueue: check and encode every call first, then write in one round trip, from asyncio
+or from plain threads alike.
 
 A plain task (no delay, no dedup key) is one ``XADD`` and nothing else: its id is derived
 from its stream entry. Delayed and deduplicated tasks go through the ``enqueue`` script,
-which gives them an id of their own and an index entry.
+which gives them an id of their own and an index entry. The synchronous path runs the same
+commands and scripts on the app's blocking client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import _lifecycle
+import redis.exceptions
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from . import scripts
+from ._blocking import refuse_on_loop
 from ._envelope import ENVELOPE_VERSION, Serializer, find_unserializable
 from ._errors import EnqueueError, SerializationError
+from ._handle import TaskHandle
 from ._keys import derived_task_id
-from ._middleware import call_hooks
-from ._redis import text
+from ._middleware import call_hooks, call_hooks_sync, overrides
+from ._redis import FATAL_ERRORS, TRANSIENT_ERRORS, describe_error
 from ._settings import PRIORITIES
-from ._task import CallOptions, Task, TaskHandle
-from .scripts import APPEND, ENQUEUE
 
 if TYPE_CHECKING:
-    from ._app import Tether
+    from ._core import Core
+    from .scripts import Call
 
 Calls = Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
 
@@ -32,12 +40,45 @@ CHUNK = 1000
 """Tasks per script call: large enough to amortise the round trip, small enough not to hold
 the server for long."""
 
-PER_TASK = 7
-"""Values per task in the enqueue script's ARGV."""
-
 DEDUP_MAX_HOLD_MS = 24 * 3600 * 1000
 """A dedup key lives at most this long past its task's due time, even if the task never
 reaches an outcome, so no key acts as a lock forever."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallOptions:
+    """Options for one enqueue; ``None`` means the task's default."""
+
+    queue: str | None = None
+    priority: str | None = None
+    delay: float | None = None
+    at_ms: int | None = None
+    key: str | None = None
+    key_ttl: float | None = None
+    timeout: float | None = None
+    retries: int | None = None
+    store_result: bool | None = None
+
+
+class Enqueueable(Protocol):
+    """What enqueue needs of a task: its name, defaults, options and argument checks."""
+
+    name: str
+
+    @property
+    def default_queue(self) -> str: ...
+
+    @property
+    def default_priority(self) -> str: ...
+
+    @property
+    def call_options(self) -> CallOptions: ...
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None: ...
+
+    def bind_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,52 +92,257 @@ class Plan:
     options: dict[str, Any]
 
     @classmethod
-    def of(cls, app: Tether, task: Task[Any, Any]) -> Plan:
+    def of(cls, core: Core, task: Enqueueable) -> Plan:
         opts = task.call_options
-        queue = opts.queue or task.config.queue
-        sidx = PRIORITIES.index(opts.priority or task.config.priority) + 1
+        queue = opts.queue or task.default_queue
+        sidx = PRIORITIES.index(opts.priority or task.default_priority) + 1
         return cls(
             queue=queue,
             sidx=sidx,
-            stream=app.keys(queue).streams[sidx - 1],
+            stream=core.keys(queue).streams[sidx - 1],
             plain=opts.delay is None and opts.at_ms is None and opts.key is None,
             options=_envelope_options(opts),
         )
 
 
-async def enqueue(app: Tether, task: Task[Any, Any], calls: Calls) -> list[TaskHandle[Any]]:
-    plan = task.plan
-    if plan is None or plan[0] is not app:
-        task.plan = plan = (app, Plan.of(app, task))
-    queue, sidx = plan[1].queue, plan[1].sidx
-    plain = plan[1].plain
-    ids: list[str] = [] if plain else [f"{queue}:{uuid.uuid4().hex}" for _ in calls]
-    payloads = encode(app.serializer, task, calls, ids, plan[1].options)
-    if not payloads:
+@dataclass(slots=True)
+class _Prepared:
+    plan: Plan
+    ids: list[str]
+    payloads: list[bytes]
+
+
+def _prepare(core: Core, task: Enqueueable, plan: Plan, calls: Calls) -> _Prepared:
+    ids: list[str] = [] if plan.plain else [f"{plan.queue}:{uuid.uuid4().hex}" for _ in calls]
+    headers: dict[str, str] | None = None
+    if core.middleware and overrides(core.middleware, "before_enqueue"):
+        headers = {}
+        call_hooks_sync(core.middleware, "before_enqueue", task.name, plan.queue, headers)
+    opts = task.call_options
+    delay_ms = None if opts.delay is None else int(opts.delay * 1000)
+    payloads = encode(
+        core.serializer, task, calls, ids, plan.options, delay_ms, opts.at_ms, headers
+    )
+    return _Prepared(plan, ids, payloads)
+
+
+# -- asyncio ------------------------------------------------------------------------------
+
+
+async def enqueue(core: Core, task: Enqueueable, plan: Plan, calls: Calls) -> list[TaskHandle[Any]]:
+    prepared = _prepare(core, task, plan, calls)
+    if not prepared.payloads:
         return []
-    if plain:
-        entries = await _append(app, plan[1].stream, payloads)
-        handles: list[TaskHandle[Any]] = [
-            TaskHandle(app, derived_task_id(queue, sidx, text(e)), queue) for e in entries
-        ]
-    else:
-        handles = await _enqueue_scripted(app, task, queue, sidx, ids, payloads)
-    if app.middleware:
+    try:
+        if plan.plain:
+            entries = await _append(core, plan.stream, prepared.payloads)
+            handles = _plain_handles(core, plan, entries)
+        else:
+            replies = await _scripted(core, task, prepared)
+            handles = _scripted_handles(core, plan, prepared.ids, replies)
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise _enqueue_error(core, task.name, exc) from exc
+    if core.middleware and overrides(core.middleware, "on_enqueue"):
         for handle in handles:
             if not handle.duplicate:
-                await call_hooks(app.middleware, "on_enqueue", task.name, handle.id, queue)
+                await call_hooks(core.middleware, "on_enqueue", task.name, handle.id, plan.queue)
     return handles
+
+
+async def _append(core: Core, stream: str, payloads: list[bytes]) -> list[str]:
+    if core.settings.enqueue_replicas:
+        entries: list[str] = []
+        for start in range(0, len(payloads), CHUNK):
+            call = scripts.append(stream, payloads[start : start + CHUNK])
+            entries += call.parse(await _with_replicas(core, call))
+        return entries
+    client = core.client
+    if len(payloads) == 1:
+        entry = await client.execute_command("XADD", stream, "*", "m", payloads[0])
+        return [entry.decode() if isinstance(entry, bytes) else str(entry)]
+    entries = []
+    for start in range(0, len(payloads), CHUNK):
+        entries += await scripts.append(stream, payloads[start : start + CHUNK]).run(client)
+    return entries
+
+
+async def _scripted(core: Core, task: Enqueueable, prepared: _Prepared) -> list[scripts.Enqueued]:
+    replies: list[scripts.Enqueued] = []
+    for call in _enqueue_calls(core, task, prepared):
+        if core.settings.enqueue_replicas:
+            replies += call.parse(await _with_replicas(core, call))
+        else:
+            replies += await call.run(core.client)
+    return replies
+
+
+async def _with_replicas(core: Core, call: Call[Any]) -> Any:
+    """Run a script and ``WAIT`` on the same connection until enough replicas have it:
+    ``WAIT`` counts the replicas that acknowledged this connection's writes."""
+    client = core.client
+    needed = core.settings.enqueue_replicas
+    wait = ("WAIT", needed, int(core.settings.enqueue_replicas_timeout * 1000))
+    for attempt in (1, 2):
+        command = call.evalsha if attempt == 1 else ("EVAL", call.script.text, *call.evalsha[2:])
+        try:
+            if isinstance(client, AsyncRedisCluster):
+                reply, acked = await _cluster_pair(client, str(call.keys[0]), command, wait)
+            else:
+                pipe = client.pipeline(transaction=False)
+                pipe.execute_command(*command)
+                pipe.execute_command(*wait)
+                reply, acked = await pipe.execute()
+        except redis.exceptions.NoScriptError:
+            continue
+        _check_replicas(core, int(acked))
+        return reply
+    raise EnqueueError("the server refused the enqueue script twice (NOSCRIPT)")
+
+
+async def _cluster_pair(
+    client: AsyncRedisCluster, key: str, command: tuple[Any, ...], wait: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    # A cluster pipeline would send the key-less WAIT to any node: talk to the master that
+    # owns the queue's slot, on one of its connections.
+    await client.initialize()  # the slot map is loaded lazily, by the first command
+    node = client.get_node_from_key(key)
+    if node is None:
+        raise EnqueueError(f"no cluster node serves the slot of {key!r} right now")
+    conn = node.acquire_connection()
+    healthy = False
+    try:
+        await conn.send_packed_command(conn.pack_commands([command, wait]))
+        # Read both replies even when the first is an error, so the connection goes back
+        # to the pool with nothing unread on it.
+        first: Any
+        try:
+            first = await conn.read_response()
+        except redis.exceptions.ResponseError as exc:
+            first = exc
+        acked = await conn.read_response()
+        healthy = True
+    finally:
+        if not healthy:
+            await conn.disconnect()
+        node.release(conn)
+    if isinstance(first, BaseException):
+        raise first
+    return first, acked
+
+
+# -- blocking -----------------------------------------------------------------------------
+
+
+def enqueue_sync(
+    core: Core, task: Enqueueable, plan: Plan, calls: Calls, method: str
+) -> list[TaskHandle[Any]]:
+    refuse_on_loop(method)
+    prepared = _prepare(core, task, plan, calls)
+    if not prepared.payloads:
+        return []
+    try:
+        if plan.plain:
+            handles = _plain_handles(core, plan, _append_sync(core, plan.stream, prepared.payloads))
+        else:
+            replies: list[scripts.Enqueued] = []
+            for call in _enqueue_calls(core, task, prepared):
+                if core.settings.enqueue_replicas:
+                    replies += call.parse(_with_replicas_sync(core, call))
+                else:
+                    replies += call.run_sync(core.sync_client)
+            handles = _scripted_handles(core, plan, prepared.ids, replies)
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise _enqueue_error(core, task.name, exc) from exc
+    if core.middleware and overrides(core.middleware, "on_enqueue"):
+        # The async hook runs on a private loop: this thread runs none (checked above).
+        for handle in handles:
+            if not handle.duplicate:
+                asyncio.run(
+                    call_hooks(core.middleware, "on_enqueue", task.name, handle.id, plan.queue)
+                )
+    return handles
+
+
+def _append_sync(core: Core, stream: str, payloads: list[bytes]) -> list[str]:
+    entries: list[str] = []
+    if core.settings.enqueue_replicas:
+        for start in range(0, len(payloads), CHUNK):
+            call = scripts.append(stream, payloads[start : start + CHUNK])
+            entries += call.parse(_with_replicas_sync(core, call))
+        return entries
+    client: Any = core.sync_client
+    if len(payloads) == 1:
+        entry = client.execute_command("XADD", stream, "*", "m", payloads[0])
+        return [entry.decode() if isinstance(entry, bytes) else str(entry)]
+    for start in range(0, len(payloads), CHUNK):
+        entries += scripts.append(stream, payloads[start : start + CHUNK]).run_sync(client)
+    return entries
+
+
+def _with_replicas_sync(core: Core, call: Call[Any]) -> Any:
+    client: Any = core.sync_client
+    needed = core.settings.enqueue_replicas
+    wait = ("WAIT", needed, int(core.settings.enqueue_replicas_timeout * 1000))
+    for attempt in (1, 2):
+        command = call.evalsha if attempt == 1 else ("EVAL", call.script.text, *call.evalsha[2:])
+        try:
+            if isinstance(client, RedisCluster):
+                reply, acked = _cluster_pair_sync(client, str(call.keys[0]), command, wait)
+            else:
+                pipe = client.pipeline(transaction=False)
+                pipe.execute_command(*command)
+                pipe.execute_command(*wait)
+                reply, acked = pipe.execute()
+        except redis.exceptions.NoScriptError:
+            continue
+        _check_replicas(core, int(acked))
+        return reply
+    raise EnqueueError("the server refused the enqueue script twice (NOSCRIPT)")
+
+
+def _cluster_pair_sync(
+    client: RedisCluster, key: str, command: tuple[Any, ...], wait: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+    if node is None or node.redis_connection is None:
+        raise EnqueueError(f"no cluster node serves the slot of {key!r} right now")
+    pool: Any = node.redis_connection.connection_pool
+    conn = pool.get_connection()
+    healthy = False
+    try:
+        conn.send_packed_command(conn.pack_commands([command, wait]))
+        first: Any
+        try:
+            first = conn.read_response()
+        except redis.exceptions.ResponseError as exc:
+            first = exc
+        acked = conn.read_response()
+        healthy = True
+    finally:
+        if not healthy:
+            conn.disconnect()
+        pool.release(conn)
+    if isinstance(first, BaseException):
+        raise first
+    return first, acked
+
+
+# -- shared -------------------------------------------------------------------------------
 
 
 def encode(
     serializer: Serializer,
-    task: Task[Any, Any],
+    task: Enqueueable,
     calls: Calls,
     ids: Sequence[str],
     options: dict[str, Any],
+    delay_ms: int | None = None,
+    at_ms: int | None = None,
+    headers: dict[str, str] | None = None,
 ) -> list[bytes]:
     """Check and encode every call before anything is sent, so a bad one writes nothing."""
     now_ms = int(time.time() * 1000)
+    due_ms = at_ms if at_ms is not None else None if delay_ms is None else now_ms + delay_ms
     dumps = serializer.dumps
     name = task.name
     payloads: list[bytes] = []
@@ -110,7 +356,11 @@ def encode(
             envelope["id"] = ids[n]
         if options:
             envelope["opts"] = options
+        if headers:
+            envelope["hdr"] = headers
         envelope["enq"] = now_ms
+        if due_ms is not None:
+            envelope["due"] = due_ms
         try:
             payloads.append(dumps(envelope))
         except Exception as exc:
@@ -119,61 +369,64 @@ def encode(
     return payloads
 
 
-async def _append(app: Tether, stream: str, payloads: list[bytes]) -> list[Any]:
-    client = app.client
-    if app.settings.enqueue_replicas:
-        entries: list[Any] = []
-        for start in range(0, len(payloads), CHUNK):
-            entries += await _lifecycle.enqueue_with_replicas(
-                app, APPEND, [stream], payloads[start : start + CHUNK]
-            )
-        return entries
-    if len(payloads) == 1:
-        return [await client.execute_command("XADD", stream, "*", "m", payloads[0])]
-    entries = []
-    for start in range(0, len(payloads), CHUNK):
-        entries += await APPEND(client, [stream], payloads[start : start + CHUNK])
-    return entries
-
-
-async def _enqueue_scripted(
-    app: Tether,
-    task: Task[Any, Any],
-    queue: str,
-    sidx: int,
-    ids: list[str],
-    payloads: list[bytes],
-) -> list[TaskHandle[Any]]:
+def _enqueue_calls(
+    core: Core, task: Enqueueable, prepared: _Prepared
+) -> list[Call[list[scripts.Enqueued]]]:
     opts = task.call_options
-    keys = app.keys(queue)
-    script_keys: list[str] = [*keys.streams, keys.index, keys.delayed, keys.scheduled_payloads]
-    dedup_index = 0
-    if opts.key is not None:
-        script_keys.append(keys.dedup(opts.key))
-        dedup_index = len(script_keys)
+    keys = core.keys(prepared.plan.queue)
+    dedup_key = keys.dedup(opts.key) if opts.key is not None else None
     mode, when = "n", 0
     if opts.delay is not None:
         mode, when = "r", int(opts.delay * 1000)
     elif opts.at_ms is not None:
         mode, when = "a", opts.at_ms
-    args: list[Any] = []
-    for task_id, payload in zip(ids, payloads, strict=True):
-        args += (task_id, payload, sidx, mode, when, dedup_index, DEDUP_MAX_HOLD_MS)
-    replies: list[Any] = []
-    for start in range(0, len(ids), CHUNK):
-        chunk = args[start * PER_TASK : (start + CHUNK) * PER_TASK]
-        chunk_args = [len(chunk) // PER_TASK, *chunk]
-        if app.settings.enqueue_replicas:
-            replies += await _lifecycle.enqueue_with_replicas(app, ENQUEUE, script_keys, chunk_args)
-        else:
-            replies += await ENQUEUE(app.client, script_keys, chunk_args)
+    items = [
+        scripts.EnqueueItem(
+            task_id, payload, prepared.plan.sidx, mode, when, dedup_key, DEDUP_MAX_HOLD_MS
+        )
+        for task_id, payload in zip(prepared.ids, prepared.payloads, strict=True)
+    ]
+    return [scripts.enqueue(keys, items[i : i + CHUNK]) for i in range(0, len(items), CHUNK)]
+
+
+def _plain_handles(core: Core, plan: Plan, entries: list[str]) -> list[TaskHandle[Any]]:
+    queue, sidx = plan.queue, plan.sidx
+    return [TaskHandle(core, derived_task_id(queue, sidx, e), queue) for e in entries]
+
+
+def _scripted_handles(
+    core: Core, plan: Plan, ids: list[str], replies: list[scripts.Enqueued]
+) -> list[TaskHandle[Any]]:
     handles: list[TaskHandle[Any]] = []
     for task_id, reply in zip(ids, replies, strict=True):
-        if isinstance(reply, bytes) and reply.startswith(b"="):
-            handles.append(TaskHandle(app, reply[1:].decode(), queue, duplicate=True))
+        if reply.duplicate_of is not None:
+            handles.append(TaskHandle(core, reply.duplicate_of, plan.queue, duplicate=True))
         else:
-            handles.append(TaskHandle(app, task_id, queue))
+            handles.append(TaskHandle(core, task_id, plan.queue))
     return handles
+
+
+def _check_replicas(core: Core, acked: int) -> None:
+    needed = core.settings.enqueue_replicas
+    if acked < needed:
+        raise EnqueueError(
+            f"only {acked} of {needed} replicas acknowledged the enqueue within "
+            f"{core.settings.enqueue_replicas_timeout}s; the tasks are queued on the master but "
+            "a failover now could lose them"
+        )
+
+
+def _enqueue_error(core: Core, task: str, exc: BaseException) -> EnqueueError:
+    """A clear EnqueueError naming the cause, for any error of the server or the network."""
+    cause = describe_error(exc, core.target.redacted)
+    if isinstance(exc, TRANSIENT_ERRORS) and not isinstance(exc, FATAL_ERRORS):
+        # The command may have reached the server before the connection failed.
+        outcome = "it may or may not have been enqueued (give a dedup key to retry safely)"
+    else:
+        outcome = "nothing was enqueued"
+    error = EnqueueError(f"task {task!r} could not be enqueued: {cause}; {outcome}")
+    error.cause = exc
+    return error
 
 
 def _envelope_options(opts: CallOptions) -> dict[str, Any]:

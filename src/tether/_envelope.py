@@ -3,11 +3,17 @@
 A stream entry holds one field, ``m``, with the encoded envelope::
 
     {"v": 1, "task": "app.add", "args": [1, 2], "kwargs": {"z": 3}, "id": "default:9f…",
-     "try": 2, "opts": {"timeout": 30}, "enq": 1732870000000}
+     "try": 2, "opts": {"timeout": 30}, "enq": 1732870000000, "due": 1732870005000,
+     "hdr": {"traceparent": "00-…"}}
 
 ``v``, ``task`` and ``args`` are always there; ``kwargs`` (default ``{}``), ``id`` (a plain
-enqueue's id is derived from its stream entry), ``try`` (default 1) and ``opts`` (default
-``{}``) are left out at their defaults.
+enqueue's id is derived from its stream entry), ``try`` (default 1), ``opts`` (default
+``{}``), ``due`` (when a delayed or retried task became due, unix ms) and ``hdr`` (headers
+set by middleware, such as a trace context) are left out at their defaults.
+
+Fields are only ever added, never changed in meaning, within one envelope version: a worker
+ignores the fields it does not know, so workers of an earlier release read newer envelopes
+(they ignore ``due`` and ``hdr``), and the version changes only for an incompatible format.
 
 Pickle is never the default: a payload must not be able to run code in the worker.
 """
@@ -37,6 +43,8 @@ class JsonSerializer:
     """Compact UTF-8 JSON: safe to decode, readable in ``redis-cli``."""
 
     name = "json"
+    text = True
+    """Payloads are UTF-8 text: anything else is refused with that reason."""
 
     def __init__(self) -> None:
         self._encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -69,6 +77,8 @@ class Envelope:
     enqueued_ms: int
     attempt: int = 1
     options: dict[str, Any] = field(default_factory=dict)
+    due_ms: int | None = None
+    headers: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"v": ENVELOPE_VERSION, "task": self.task, "args": self.args}
@@ -80,7 +90,11 @@ class Envelope:
             out["try"] = self.attempt
         if self.options:
             out["opts"] = self.options
+        if self.headers:
+            out["hdr"] = self.headers
         out["enq"] = self.enqueued_ms
+        if self.due_ms is not None:
+            out["due"] = self.due_ms
         return out
 
     def encode(self, serializer: Serializer) -> bytes:
@@ -91,6 +105,14 @@ class Envelope:
         """Decode an entry's payload or raise :class:`BadEnvelope` with the reason."""
         if data is None:
             raise BadEnvelope("the entry has no 'm' field with a payload")
+        if getattr(serializer, "text", False):  # a text format: say so when it is not text
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadEnvelope(
+                    f"the payload is not UTF-8 text ({exc.reason} at byte {exc.start} of "
+                    f"{len(data)}), so the {serializer.name} serializer cannot read it"
+                ) from None
         try:
             raw = serializer.loads(data)
         except Exception as exc:
@@ -118,6 +140,8 @@ class Envelope:
                 enqueued_ms=raw.get("enq", 0),
                 attempt=raw.get("try", 1),
                 options=raw.get("opts") or {},
+                due_ms=raw.get("due"),
+                headers=raw.get("hdr") or None,
             )
         except KeyError as exc:
             raise BadEnvelope(
@@ -128,11 +152,68 @@ class Envelope:
             and isinstance(env.task, str)
             and isinstance(env.args, list)
             and isinstance(env.kwargs, dict)
-            and isinstance(env.attempt, int)
-            and isinstance(env.options, dict)
         ):
-            raise BadEnvelope("the envelope has a field of the wrong type", task_id, task)
+            raise BadEnvelope(
+                "the envelope has a field of the wrong type (id, task: text; args: a list; "
+                "kwargs: an object)",
+                task_id,
+                task,
+            )
+        problem = (
+            _check_int("try", env.attempt, 1)
+            or _check_options(env.options)
+            or _check_int("enq", env.enqueued_ms, 0)
+            or (None if env.due_ms is None else _check_int("due", env.due_ms, 0))
+            or _check_headers(env.headers)
+        )
+        if problem:
+            raise BadEnvelope(f"the envelope is malformed: {problem}", task_id, task)
         return env
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: object, minimum: int) -> str | None:
+    if not _is_int(value) or value < minimum:  # type: ignore[operator]
+        return f"{name}={value!r} must be a whole number, {minimum} or more"
+    return None
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+_OPTION_CHECKS: dict[str, tuple[Any, str]] = {
+    "timeout": (_positive_number, "a number of seconds above zero"),
+    "retries": (lambda v: _is_int(v) and v >= 0, "a whole number, 0 or more"),
+    "store_result": (lambda v: isinstance(v, bool), "true or false"),
+    "key": (lambda v: isinstance(v, str) and 0 < len(v) <= 512, "text of 1 to 512 characters"),
+    "key_ttl": (_positive_number, "a number of seconds above zero"),
+    "schedule": (lambda v: isinstance(v, str), "text"),
+    "tick": (_is_int, "a whole number"),
+}
+
+
+def _check_options(options: object) -> str | None:
+    if not isinstance(options, dict):
+        return f"opts={options!r} must be an object"
+    for name, value in options.items():
+        check = _OPTION_CHECKS.get(name)
+        if check is not None and not check[0](value):
+            return f"option {name}={value!r} must be {check[1]}"
+    return None
+
+
+def _check_headers(headers: object) -> str | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        return "hdr must be an object of text values"
+    return None
 
 
 def find_unserializable(

@@ -8,7 +8,8 @@
     ├── TaskNotFound            no task with that id is known (never existed or expired)
     ├── TaskFailed              the task ended without a value (remote type, message, traceback)
     ├── ResultTimeout           waiting for a result took longer than asked
-    └── NotOpen                 the app has no open connection (use ``async with app``)
+    ├── NotOpen                 the app has no open connection (use ``async with app``)
+    └── BlockingCallError       a blocking ``*_sync`` call was made on an event loop's thread
 
 ``Retry`` is not an error: a task raises it to ask for another attempt.
 """
@@ -31,7 +32,11 @@ class ServerError(TetherError):
 
 
 class EnqueueError(TetherError):
-    """A task could not be enqueued. Nothing was written to Redis."""
+    """A task could not be enqueued; the message names the cause and says whether anything
+    may have been written (a connection lost mid-command leaves that unknown)."""
+
+    cause: BaseException | None = None
+    """The underlying error of the server or the network, if any."""
 
 
 class SerializationError(EnqueueError, TypeError):
@@ -48,6 +53,11 @@ class ResultTimeout(TetherError, TimeoutError):
 
 class NotOpen(TetherError, RuntimeError):
     """The app has no open connection. Use ``async with app:`` or ``await app.open()``."""
+
+
+class BlockingCallError(TetherError, RuntimeError):
+    """A blocking call (``enqueue_sync``, ``result_sync``, ...) was made on a thread that runs
+    an event loop, which it would freeze. Use the ``async`` method there."""
 
 
 class TaskFailed(TetherError):

@@ -32,6 +32,8 @@ class QueueKeys:
     scheduled_payloads: str
     index: str
     schedules: str
+    paused: str
+    """Present while the queue is paused: no worker fetches from it."""
 
     @classmethod
     def of(cls, namespace: str, queue: str) -> QueueKeys:
@@ -47,6 +49,7 @@ class QueueKeys:
             scheduled_payloads=f"{tag}:sched",
             index=f"{tag}:idx",
             schedules=f"{tag}:ticks",
+            paused=f"{tag}:paused",
         )
 
     def lease(self, consumer: str) -> str:
@@ -66,6 +69,14 @@ class QueueKeys:
 
     def dedup(self, key: str) -> str:
         return f"{self.tag}:dedup:{key}"
+
+    def stats_minute(self, minute: int) -> str:
+        """Statistics of the minute ``minute`` (unix time // 60): a hash of counters."""
+        return f"{self.tag}:stats:m:{minute}"
+
+    def stats_hour(self, hour: int) -> str:
+        """The same counters summed over the hour ``hour`` (unix time // 3600)."""
+        return f"{self.tag}:stats:h:{hour}"
 
     def stream(self, priority: str) -> str:
         return self.streams[PRIORITIES.index(priority)]
@@ -96,6 +107,13 @@ def entry_of_task_id(task_id: str) -> tuple[int, str] | None:
     if dash and sidx in ("1", "2", "3") and "-" in entry:
         return int(sidx), entry
     return None
+
+
+def registry_keys(namespace: str) -> tuple[str, str]:
+    """The worker registry: a sorted set of worker names by last heartbeat (ms), and the
+    prefix of each worker's record key (``<prefix><name>``), under a hash tag of their own."""
+    tag = f"{{{namespace}:workers}}"
+    return f"{tag}:index", f"{tag}:worker:"
 
 
 def scheduler_tag(namespace: str) -> str:

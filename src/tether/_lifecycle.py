@@ -1,4 +1,6 @@
-"""Following a task after enqueue: status, results, cancellation, replica-safe enqueue."""
+"""Following a task after enqueue: status, results and cancellation, from asyncio or from
+plain threads. Each step reads or writes in one script call; waiting for a result blocks on
+Redis (``BLMOVE``), never polls."""
 
 from __future__ import annotations
 
@@ -6,200 +8,242 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from redis.asyncio.cluster import RedisCluster
-
+from . import scripts
 from ._envelope import BadEnvelope, Envelope
-from ._errors import ConfigError, EnqueueError, ResultTimeout, TaskFailed, TaskNotFound
-from ._keys import GROUP, QueueKeys, entry_of_task_id, queue_of_task_id
-from ._task import TaskStatus
-from .scripts import CANCEL, STATUS, Script
+from ._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
+from ._keys import QueueKeys, entry_of_task_id, queue_of_task_id
+from ._status import CancelResult, TaskStatus
 
 if TYPE_CHECKING:
-    from ._app import Tether
+    from ._core import Core
 
 WAIT_CHUNK = 5.0
 """Longest single blocking wait for a result; below the socket timeout."""
 CANCEL_REQUEST_TTL_MS = 3600 * 1000
 
 
-def _keys_for(app: Tether, task_id: str) -> QueueKeys:
+def keys_for(core: Core, task_id: str) -> QueueKeys:
     try:
-        return app.keys(queue_of_task_id(task_id))
+        return core.keys(queue_of_task_id(task_id))
     except ValueError:
-        raise ConfigError(f"{task_id!r} is not a Tether task id (expected <queue>:<hex>)") from None
+        raise ConfigError(
+            f"{task_id!r} is not a Tether task id (expected <queue>:<32 hex digits> or "
+            "<queue>:<stream index>-<entry id>)"
+        ) from None
 
 
-def _entry_args(task_id: str) -> tuple[str, str]:
-    derived = entry_of_task_id(task_id)
-    return ("", "") if derived is None else (str(derived[0]), derived[1])
+def _status_call(core: Core, task_id: str) -> scripts.Call[scripts.StatusReply]:
+    return scripts.status(keys_for(core, task_id), task_id, entry_of_task_id(task_id))
 
 
-async def _raw_status(app: Tether, task_id: str) -> tuple[str, bytes]:
-    keys = _keys_for(app, task_id)
-    sidx, entry = _entry_args(task_id)
-    state, detail = await STATUS(
-        app.client,
-        [*keys.streams, keys.index, keys.delayed, keys.result(task_id)],
-        [GROUP, task_id, sidx, entry],
-    )
-    return state.decode(), detail
-
-
-async def status(app: Tether, task_id: str) -> TaskStatus:
-    state, detail = await _raw_status(app, task_id)
-    if state == "record":
-        return TaskStatus(app.serializer.loads(detail)["status"])
-    if state == "unknown":
+def _to_status(core: Core, task_id: str, reply: scripts.StatusReply) -> TaskStatus:
+    if reply.state == "record":
+        return TaskStatus(core.serializer.loads(reply.detail)["status"])
+    if reply.state == "unknown":
         raise TaskNotFound(
             f"task {task_id} is unknown: it never existed, its record expired, or it does not "
             "store results"
         )
-    return TaskStatus(state)
+    return TaskStatus(reply.state)
 
 
-async def wait_result(app: Tether, task_id: str, timeout: float | timedelta | None) -> Any:
-    if isinstance(timeout, timedelta):
-        timeout = timeout.total_seconds()
-    if timeout is not None and timeout < 0:
-        raise ConfigError(f"timeout={timeout!r} must be zero or more seconds")
-    keys = _keys_for(app, task_id)
-    client = app.client
-    deadline = None if timeout is None else time.monotonic() + timeout
-    chunk = max(0.1, min(WAIT_CHUNK, app.settings.socket_timeout - 1))
-    while True:
-        raw: Any = await client.get(keys.result(task_id))
-        if raw is not None:
-            record = app.serializer.loads(raw)
-            if record["status"] == "succeeded":
-                return record.get("value")
-            if record["status"] != "retrying":
-                error = record.get("error") or {}
-                raise TaskFailed(
-                    task_id,
-                    record["status"],
-                    error.get("type", ""),
-                    error.get("message", ""),
-                    error.get("traceback", ""),
-                )
-        else:
-            await status(app, task_id)  # raises TaskNotFound for an unknown id
-        wait = chunk
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ResultTimeout(f"task {task_id} did not finish within {timeout}s")
-            wait = min(chunk, remaining)
-        # Block until the outcome is pushed; BLMOVE onto the same list keeps the element
-        # for every other waiter.
-        await client.execute_command(
-            "BLMOVE", keys.done(task_id), keys.done(task_id), "RIGHT", "LEFT", round(wait, 3)
+async def status(core: Core, task_id: str) -> TaskStatus:
+    return _to_status(core, task_id, await _status_call(core, task_id).run(core.client))
+
+
+def status_sync(core: Core, task_id: str) -> TaskStatus:
+    return _to_status(core, task_id, _status_call(core, task_id).run_sync(core.sync_client))
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+class _Wait:
+    """The bookkeeping of one wait for a result, shared by both kinds of client."""
+
+    def __init__(self, core: Core, task_id: str, timeout: float | timedelta | None) -> None:
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        if timeout is not None and timeout < 0:
+            raise ConfigError(f"timeout={timeout!r} must be zero or more seconds")
+        self.core = core
+        self.task_id = task_id
+        self.timeout = timeout
+        self.keys = keys_for(core, task_id)
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.chunk = max(0.1, min(WAIT_CHUNK, core.settings.socket_timeout - 1))
+
+    def outcome(self, raw: Any) -> tuple[bool, Any]:
+        """(final, value) from a stored record; raises TaskFailed for a failed outcome."""
+        record = self.core.serializer.loads(raw)
+        if record["status"] == "succeeded":
+            return True, record.get("value")
+        if record["status"] == "retrying":
+            return False, None
+        error = record.get("error") or {}
+        raise TaskFailed(
+            self.task_id,
+            record["status"],
+            error.get("type", ""),
+            error.get("message", ""),
+            error.get("traceback", ""),
         )
 
+    def next_wait(self) -> float:
+        if self.deadline is None:
+            return self.chunk
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise ResultTimeout(f"task {self.task_id} did not finish within {self.timeout}s")
+        return min(self.chunk, remaining)
 
-async def _dedup_key_of(app: Tether, keys: QueueKeys, task_id: str) -> str:
-    """The dedup key a queued or scheduled task holds, read from its payload."""
-    client = app.client
-    payload: Any = None
-    where: Any = await client.hget(keys.index, task_id)
-    derived = entry_of_task_id(task_id)
-    if where is None and derived is not None:
-        where = f"{derived[0]}{derived[1]}".encode()
+    def block(self, wait: float) -> tuple[Any, ...]:
+        # BLMOVE onto the same list keeps the element for every other waiter.
+        done = self.keys.done(self.task_id)
+        return ("BLMOVE", done, done, "RIGHT", "LEFT", round(wait, 3))
+
+
+async def wait_result(core: Core, task_id: str, timeout: float | timedelta | None) -> Any:
+    wait = _Wait(core, task_id, timeout)
+    client = core.client
+    while True:
+        raw: Any = await client.get(wait.keys.result(task_id))
+        if raw is not None:
+            final, value = wait.outcome(raw)
+            if final:
+                return value
+        else:
+            await status(core, task_id)  # raises TaskNotFound for an unknown id
+        await client.execute_command(*wait.block(wait.next_wait()))
+
+
+def wait_result_sync(core: Core, task_id: str, timeout: float | timedelta | None) -> Any:
+    wait = _Wait(core, task_id, timeout)
+    client: Any = core.sync_client
+    while True:
+        raw: Any = client.get(wait.keys.result(task_id))
+        if raw is not None:
+            final, value = wait.outcome(raw)
+            if final:
+                return value
+        else:
+            status_sync(core, task_id)
+        client.execute_command(*wait.block(wait.next_wait()))
+
+
+# -- cancel -------------------------------------------------------------------------------
+
+
+class _Cancel:
+    """A cancel request: the dedup key and task of the target are read from its payload
+    first (keys are passed to scripts, never built in them), then one script removes the
+    task or asks its owner to stop it."""
+
+    def __init__(self, core: Core, task_id: str) -> None:
+        self.core = core
+        self.task_id = task_id
+        self.keys = keys_for(core, task_id)
+        self.derived = entry_of_task_id(task_id)
+        self.record = core.serializer.dumps(
+            {
+                "status": "cancelled",
+                "task": "",
+                "attempt": 0,
+                "finished_ms": int(time.time() * 1000),
+                "error": {
+                    "type": "Cancelled",
+                    "message": "cancelled before it ran",
+                    "traceback": "",
+                },
+            }
+        )
+        self.dedup_key = f"{self.keys.tag}:dedup-none"
+        self.task_name = ""
+
+    def where(self, index_value: Any) -> tuple[int, bytes] | None:
+        if index_value is not None:
+            return int(index_value[:1]), bytes(index_value[1:])
+        if self.derived is not None:
+            return self.derived[0], self.derived[1].encode()
+        return None
+
+    def learn(self, payload: Any) -> None:
+        try:
+            env = Envelope.decode(payload, self.core.serializer)
+        except BadEnvelope:
+            return
+        self.task_name = env.task
+        key = env.options.get("key")
+        if isinstance(key, str):
+            self.dedup_key = self.keys.dedup(key)
+
+    def call(self, owner: str) -> scripts.Call[scripts.CancelReply]:
+        return scripts.cancel(
+            self.keys,
+            self.task_id,
+            owner=owner,
+            record=self.record,
+            record_ttl_ms=int(self.core.settings.result_ttl * 1000),
+            request_ttl_ms=CANCEL_REQUEST_TTL_MS,
+            dedup_key=self.dedup_key,
+            derived=self.derived,
+        )
+
+    def runs_in_thread(self) -> bool:
+        """The task is a plain function this app knows: its thread cannot be interrupted."""
+        task = self.core.tasks.get(self.task_name)
+        return task is not None and not task.is_async
+
+
+async def cancel(core: Core, task_id: str) -> CancelResult:
+    c = _Cancel(core, task_id)
+    client = core.client
+    where = c.where(await client.hget(c.keys.index, task_id))
     if where is not None:
-        sidx, eid = int(where[:1]), where[1:]
-        rows: Any = await client.xrange(keys.streams[sidx - 1], eid, eid)
+        rows: Any = await client.xrange(c.keys.streams[where[0] - 1], where[1], where[1])
         if rows:
-            payload = rows[0][1].get(b"m")
+            c.learn(rows[0][1].get(b"m"))
     else:
-        value: Any = await client.hget(keys.scheduled_payloads, task_id)
-        payload = value[1:] if value else None
-    try:
-        env = Envelope.decode(payload, app.serializer)
-    except BadEnvelope:
-        return f"{keys.tag}:dedup-none"
-    key = env.options.get("key")
-    return keys.dedup(key) if isinstance(key, str) else f"{keys.tag}:dedup-none"
-
-
-async def cancel(app: Tether, task_id: str) -> bool:
-    keys = _keys_for(app, task_id)
-    dedup_key = await _dedup_key_of(app, keys, task_id)
-    record = app.serializer.dumps(
-        {
-            "status": "cancelled",
-            "task": "",
-            "attempt": 0,
-            "finished_ms": int(time.time() * 1000),
-            "error": {"type": "Cancelled", "message": "cancelled before it ran", "traceback": ""},
-        }
-    )
+        value: Any = await client.hget(c.keys.scheduled_payloads, task_id)
+        c.learn(value[1:] if value else None)
     owner = ""
     for _ in range(5):
-        reply = await CANCEL(
-            app.client,
-            [
-                *keys.streams,
-                keys.index,
-                keys.delayed,
-                keys.scheduled_payloads,
-                keys.result(task_id),
-                keys.done(task_id),
-                keys.cancels(owner or "-"),
-                dedup_key,
-            ],
-            [
-                GROUP,
-                task_id,
-                owner,
-                record,
-                int(app.settings.result_ttl * 1000),
-                CANCEL_REQUEST_TTL_MS,
-                *_entry_args(task_id),
-            ],
-        )
-        state = reply[0].decode()
-        if state in ("cancelled", "requested"):
-            return True
-        if state == "finished":
-            await status(app, task_id)  # an unknown id raises TaskNotFound
-            return False
-        owner = reply[1].decode()
-    return False
+        reply = await c.call(owner).run(client)
+        if reply.state == "cancelled":
+            return CancelResult.CANCELLED
+        if reply.state == "requested":
+            return CancelResult.REQUESTED
+        if reply.state == "finished":
+            await status(core, task_id)  # an unknown id raises TaskNotFound
+            return CancelResult.FINISHED
+        if c.runs_in_thread():
+            return CancelResult.NOT_CANCELLABLE
+        owner = reply.owner
+    return CancelResult.FINISHED
 
 
-async def enqueue_with_replicas(
-    app: Tether, script: Script, keys: list[str], args: list[Any]
-) -> Any:
-    """Run an enqueue script and ``WAIT`` on the same connection until enough replicas have
-    it: ``WAIT`` counts the replicas that acknowledged this connection's writes."""
-    client = app.client
-    needed = app.settings.enqueue_replicas
-    timeout_ms = int(app.settings.enqueue_replicas_timeout * 1000)
-    evaluate = ("EVAL", script.text, len(keys), *keys, *args)
-    if isinstance(client, RedisCluster):
-        # A cluster pipeline would send the key-less WAIT to any node: talk to the master
-        # that owns the queue's slot on one of its connections.
-        await client.initialize()  # the slot map is loaded lazily, by the first command
-        node = client.get_node_from_key(keys[0])
-        if node is None:
-            raise EnqueueError(f"no cluster node serves the slot of {keys[0]!r} right now")
-        conn = node.acquire_connection()
-        try:
-            await conn.send_packed_command(
-                conn.pack_commands([evaluate, ("WAIT", needed, timeout_ms)])
-            )
-            reply = await conn.read_response()
-            acked = await conn.read_response()
-        finally:
-            node.release(conn)
+def cancel_sync(core: Core, task_id: str) -> CancelResult:
+    c = _Cancel(core, task_id)
+    client = core.sync_client
+    where = c.where(client.hget(c.keys.index, task_id))
+    if where is not None:
+        rows: Any = client.xrange(c.keys.streams[where[0] - 1], where[1], where[1])
+        if rows:
+            c.learn(rows[0][1].get(b"m"))
     else:
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*evaluate)
-        pipe.execute_command("WAIT", needed, timeout_ms)
-        reply, acked = await pipe.execute()
-    if int(acked) < needed:
-        raise EnqueueError(
-            f"only {acked} of {needed} replicas acknowledged the enqueue within "
-            f"{app.settings.enqueue_replicas_timeout}s; the tasks are queued on the master but a "
-            "failover now could lose them"
-        )
-    return reply
+        value: Any = client.hget(c.keys.scheduled_payloads, task_id)
+        c.learn(value[1:] if value else None)
+    owner = ""
+    for _ in range(5):
+        reply = c.call(owner).run_sync(client)
+        if reply.state == "cancelled":
+            return CancelResult.CANCELLED
+        if reply.state == "requested":
+            return CancelResult.REQUESTED
+        if reply.state == "finished":
+            status_sync(core, task_id)
+            return CancelResult.FINISHED
+        if c.runs_in_thread():
+            return CancelResult.NOT_CANCELLABLE
+        owner = reply.owner
+    return CancelResult.FINISHED

@@ -19,6 +19,12 @@ log = logging.getLogger("tether.middleware")
 class Middleware:
     """Subclass and override the hooks you need; all of them do nothing by default."""
 
+    def before_enqueue(self, task_name: str, queue: str, headers: dict[str, str]) -> None:
+        """Before anything is written, once per enqueue call (a batch shares one call): add
+        entries to ``headers`` to send them with the tasks (tracing context, for example);
+        the worker shows them in ``TaskContext.headers``. A plain function, called by the
+        asyncio and the blocking producers alike."""
+
     async def on_enqueue(self, task_name: str, task_id: str, queue: str) -> None:
         """After a task was accepted by Redis (once per task, batches included)."""
 
@@ -36,6 +42,20 @@ class Middleware:
 
     async def on_dead(self, ctx: TaskContext | None, task_id: str, reason: str) -> None:
         """When a task goes to the dead-letter stream (``ctx`` is None if it never ran)."""
+
+
+def overrides(middleware: tuple[Middleware, ...], hook: str) -> bool:
+    """Whether any middleware defines ``hook`` (so the caller may skip the work around it)."""
+    base = getattr(Middleware, hook)
+    return any(getattr(type(mw), hook, base) is not base for mw in middleware)
+
+
+def call_hooks_sync(middleware: tuple[Middleware, ...], hook: str, *args: Any) -> None:
+    for mw in middleware:
+        try:
+            getattr(mw, hook)(*args)
+        except Exception:
+            log.exception("middleware %s.%s failed; carrying on", type(mw).__name__, hook)
 
 
 async def call_hooks(middleware: tuple[Middleware, ...], hook: str, *args: Any) -> None:

@@ -316,6 +316,44 @@ def is_missing_group(exc: BaseException) -> bool:
     )
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """The server refused a write because it reached ``maxmemory`` (policy noeviction)."""
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or (
+        isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("OOM")
+    )
+
+
+FATAL_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.AuthenticationError,
+    redis.exceptions.AuthorizationError,
+    redis.exceptions.NoPermissionError,
+)
+"""Errors no retry can fix: a wrong password, a user without the needed permissions."""
+
+
+def describe_error(exc: BaseException, where: str) -> str:
+    """One line for a person: what went wrong with the server at ``where``."""
+    message = str(exc).strip() or type(exc).__name__
+    if is_out_of_memory(exc):
+        return (
+            f"the server at {where} is out of memory (maxmemory reached with the noeviction "
+            "policy): free memory or raise maxmemory"
+        )
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return f"authentication failed at {where}: wrong user name or password ({message})"
+    if isinstance(exc, redis.exceptions.NoPermissionError | redis.exceptions.AuthorizationError):
+        return f"the user lacks a permission at {where}: {message}"
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return f"the server at {where} is a read-only replica (a failover in progress?)"
+    if isinstance(exc, redis.exceptions.BusyLoadingError):
+        return f"the server at {where} is loading its data"
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return f"the server at {where} did not answer in time ({message})"
+    if isinstance(exc, redis.exceptions.ConnectionError | OSError):
+        return f"cannot reach the server at {where} ({message})"
+    return f"the server at {where} answered: {message}"
+
+
 def text(value: Any) -> str:
     """A reply value as str: replies are bytes unless the client decodes them."""
     return value.decode() if isinstance(value, bytes) else str(value)

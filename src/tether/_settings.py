@@ -99,6 +99,11 @@ class WorkerSettings:
         housekeeping_interval: how often dead consumers are removed from the groups.
         reconnect_max_delay: the cap of the backoff between reconnection attempts.
         scheduler: also run the periodic-task scheduler (one leader among all workers).
+        connect_timeout: give up with an error when the server cannot be reached for this
+            long at start or, in burst mode, at any time; default: keep retrying (30 s in
+            burst mode).
+        health_file: a file whose modification time the heartbeat updates after each
+            successful lease renewal, for liveness probes.
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -116,6 +121,8 @@ class WorkerSettings:
     housekeeping_interval: float = 60.0
     reconnect_max_delay: float = 5.0
     scheduler: bool = True
+    connect_timeout: float | None = None
+    health_file: str | None = None
 
     def __post_init__(self) -> None:
         queues = self.queues
@@ -168,6 +175,21 @@ class WorkerSettings:
             )
         _positive_int("max_deliveries", self.max_deliveries)
         _positive_int("reclaim_page_size", self.reclaim_page_size)
+        if self.connect_timeout is not None:
+            object.__setattr__(
+                self, "connect_timeout", seconds(self.connect_timeout, "connect_timeout")
+            )
+        if self.health_file is not None and (
+            not isinstance(self.health_file, str) or not self.health_file
+        ):
+            raise ConfigError(f"health_file={self.health_file!r}: expected a file path")
+
+    @property
+    def give_up_after(self) -> float | None:
+        """How long the server may stay unreachable before the worker stops with an error."""
+        if self.connect_timeout is not None:
+            return self.connect_timeout
+        return 30.0 if self.burst else None
 
     @property
     def consumer(self) -> str:
@@ -230,6 +252,9 @@ class AppSettings:
         enqueue_replicas: when above zero, each enqueue waits until this many replicas
             acknowledged it (``WAIT``), so a failover cannot lose it.
         enqueue_replicas_timeout: how long such an enqueue waits for the replicas.
+        stats: workers record per-task statistics (counts by outcome, run and wait time
+            distributions) in per-minute and per-hour buckets.
+        stats_window: how long statistics are kept (24 h by default).
     """
 
     url: str
@@ -240,10 +265,22 @@ class AppSettings:
     connect_timeout: float = 5.0
     enqueue_replicas: int = 0
     enqueue_replicas_timeout: float = 1.0
+    stats: bool = True
+    stats_window: float = 24 * 3600.0
 
     def __post_init__(self) -> None:
         check_name("namespace", self.namespace)
-        for key in ("result_ttl", "socket_timeout", "connect_timeout", "enqueue_replicas_timeout"):
+        for key in (
+            "result_ttl",
+            "socket_timeout",
+            "connect_timeout",
+            "enqueue_replicas_timeout",
+            "stats_window",
+        ):
             object.__setattr__(self, key, seconds(getattr(self, key), key))
         _positive_int("dead_letter_maxlen", self.dead_letter_maxlen, 10)
         _positive_int("enqueue_replicas", self.enqueue_replicas, 0)
+        if not isinstance(self.stats, bool):
+            raise ConfigError(f"stats={self.stats!r}: expected True or False")
+        if self.stats_window < 3600:
+            raise ConfigError(f"stats_window={self.stats_window!r}: must be one hour or more")

@@ -13,39 +13,19 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from . import _enqueue
+from ._enqueue import CallOptions, Plan
 from ._errors import ConfigError, EnqueueError
+from ._handle import TaskHandle
 from ._settings import check_name, check_priority, seconds
 
 if TYPE_CHECKING:
-    from ._app import Tether
+    from ._core import Core
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class TaskStatus(str, Enum):
-    """Where a task is in its life."""
-
-    QUEUED = "queued"
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    RETRYING = "retrying"
-    DEAD = "dead"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_final(self) -> bool:
-        return self in (
-            TaskStatus.SUCCEEDED,
-            TaskStatus.FAILED,
-            TaskStatus.DEAD,
-            TaskStatus.CANCELLED,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +52,6 @@ class Backoff:
         """Seconds to wait before attempt ``attempt + 1`` after attempt ``attempt`` failed."""
         raw = min(self.cap, self.base * self.factor ** max(attempt - 1, 0))
         return raw * (1 - self.jitter * random.random())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallOptions:
-    """Options for one enqueue; ``None`` means the task's default."""
-
-    queue: str | None = None
-    priority: str | None = None
-    delay: float | None = None
-    at_ms: int | None = None
-    key: str | None = None
-    key_ttl: float | None = None
-    timeout: float | None = None
-    retries: int | None = None
-    store_result: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,31 +153,46 @@ def default_task_name(fn: Callable[..., Any]) -> str:
 
 class Task(Generic[P, R]):
     """A function registered with an app. Call it directly to run it in-process; use
-    :meth:`enqueue` to run it on a worker."""
+    :meth:`enqueue` (or :meth:`enqueue_sync` from code without an event loop) to run it on a
+    worker."""
 
     def __init__(
         self,
-        app: Tether,
-        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        app: Core,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R] | None,
         config: TaskConfig,
         call_options: CallOptions | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
+        """The function; None for a task known only by name (:meth:`Tether.by_name`)."""
         self.config = config
         self.name = config.name
-        self.is_async = inspect.iscoroutinefunction(fn)
-        self.signature = inspect.signature(fn)
-        self._arity = _simple_arity(self.signature)
-        self.plan: tuple[Any, Any] | None = None
-        """(app, enqueue plan), computed at the first enqueue (see tether._enqueue.Plan)."""
+        self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn) if fn is not None else None
+        self._arity = _simple_arity(self.signature) if self.signature is not None else -2
+        self._plan: Plan | None = None
         self._call_options = call_options or CallOptions()
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.config.queue}>"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+        if self.fn is None:
+            raise ConfigError(f"task {self.name!r} is known here by name only: enqueue it")
         return self.fn(*args, **kwargs)
+
+    @property
+    def default_queue(self) -> str:
+        return self.config.queue
+
+    @property
+    def default_priority(self) -> str:
+        return self.config.priority
+
+    @property
+    def call_options(self) -> CallOptions:
+        return self._call_options
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall:
         """Type-checked arguments for :meth:`enqueue_many`."""
@@ -257,13 +237,23 @@ class Task(Generic[P, R]):
             changes["store_result"] = bool(store_result)
         return Task(self.app, self.fn, self.config, replace(self._call_options, **changes))
 
+    # -- enqueue --------------------------------------------------------------------------
+
     @property
-    def call_options(self) -> CallOptions:
-        return self._call_options
+    def plan(self) -> Plan:
+        """What every enqueue of this task shares (queue, stream, options), computed once."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = Plan.of(self.app, self)
+        return plan
+
+    def forget_plan(self) -> None:
+        """Compute the plan again at the next enqueue (the app was re-pointed)."""
+        self._plan = None
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Send one task to its queue and return a handle carrying its id."""
-        handles = await self.app._enqueue(self, [(args, kwargs)])
+        handles = await _enqueue.enqueue(self.app, self, self.plan, [(args, kwargs)])
         return handles[0]
 
     async def enqueue_many(
@@ -271,6 +261,23 @@ class Task(Generic[P, R]):
     ) -> list[TaskHandle[R]]:
         """Send many tasks in one round trip per batch. Each item is a tuple of positional
         arguments or a :class:`TaskCall` from :meth:`call`."""
+        return await _enqueue.enqueue(self.app, self, self.plan, self._items(calls))
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """:meth:`enqueue` for code without an event loop (Django, Flask, scripts): the same
+        commands on the app's blocking client. Thread-safe."""
+        handles = _enqueue.enqueue_sync(self.app, self, self.plan, [(args, kwargs)], "enqueue_sync")
+        return handles[0]
+
+    def enqueue_many_sync(self, calls: Iterable[tuple[Any, ...] | TaskCall]) -> list[TaskHandle[R]]:
+        """:meth:`enqueue_many`, blocking."""
+        return _enqueue.enqueue_sync(
+            self.app, self, self.plan, self._items(calls), "enqueue_many_sync"
+        )
+
+    def _items(
+        self, calls: Iterable[tuple[Any, ...] | TaskCall]
+    ) -> list[tuple[tuple[Any, ...], Mapping[str, Any]]]:
         items: list[tuple[tuple[Any, ...], Mapping[str, Any]]] = []
         for item in calls:
             if isinstance(item, TaskCall):
@@ -282,20 +289,27 @@ class Task(Generic[P, R]):
                     f"task {self.name!r}: enqueue_many takes tuples of arguments or "
                     f"task.call(...) items, not {type(item).__name__}"
                 )
-        return await self.app._enqueue(self, items)
+        return items
 
     def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """Refuse arguments that do not fit the signature (fast for plain signatures)."""
+        """Refuse arguments that do not fit the signature (fast for plain signatures). A
+        task known by name only is checked by the worker that runs it."""
+        if self._arity == -2:
+            return
         if kwargs or len(args) != self._arity:
             self.bind_arguments(args, kwargs)
 
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Check the arguments against the signature; name the problem if they do not fit."""
+        if self.signature is None:
+            bound = {f"args[{i}]": v for i, v in enumerate(args)}
+            bound.update(kwargs)
+            return bound
         try:
-            bound = self.signature.bind(*args, **kwargs)
+            arguments = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise EnqueueError(f"task {self.name!r}: {exc}") from None
-        return dict(bound.arguments)
+        return dict(arguments.arguments)
 
 
 def _simple_arity(signature: inspect.Signature) -> int:
@@ -305,43 +319,6 @@ def _simple_arity(signature: inspect.Signature) -> int:
     if all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params):
         return len(signature.parameters)
     return -1
-
-
-class TaskHandle(Generic[R]):
-    """A reference to an enqueued task. Rebuild one from an id with ``app.handle(id)``."""
-
-    __slots__ = ("app", "duplicate", "id", "queue")
-
-    def __init__(self, app: Tether, task_id: str, queue: str, duplicate: bool = False) -> None:
-        self.app = app
-        self.id = task_id
-        self.queue = queue
-        self.duplicate = duplicate
-        """True when a dedup key matched and this handle is the earlier task's."""
-
-    def __repr__(self) -> str:
-        return f"<TaskHandle {self.id}>"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskHandle) and other.id == self.id
-
-    def __hash__(self) -> int:
-        return hash(self.id)
-
-    async def status(self) -> TaskStatus:
-        """Queued, scheduled, running, succeeded, failed, retrying, dead or cancelled."""
-        return await self.app._status(self.id)
-
-    async def result(self, timeout: float | timedelta | None = None) -> R:
-        """Wait for the outcome: the value, or :class:`TaskFailed` for failed, dead and
-        cancelled tasks. Blocks on Redis (no polling); ``timeout`` raises
-        :class:`ResultTimeout`."""
-        return cast("R", await self.app._result(self.id, timeout))
-
-    async def cancel(self) -> bool:
-        """Cancel the task: a queued or scheduled task is removed; a running async task is
-        cancelled at its next await. Returns False when it had already finished."""
-        return await self.app._cancel(self.id)
 
 
 AsyncFn = Callable[P, Coroutine[Any, Any, R]]

@@ -177,9 +177,33 @@ def worker(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        asyncio.run(runner.run())
+        asyncio.run(_run_until_signalled(runner))
     except ServerError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+async def _run_until_signalled(runner: Any) -> None:
+    """The CLI owns the process: SIGTERM or SIGINT stops the worker gracefully; a second
+    signal exits at once (the lease then expires and other workers take over)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    log = logging.getLogger("tether.worker")
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if len(received) > 1:
+            log.warning("second %s: exiting at once; leftovers return when the lease expires",
+                        sig.name)  # fmt: skip
+            logging.shutdown()
+            os._exit(130)
+        log.info("%s received: stopping gracefully (send it again to exit at once)", sig.name)
+        runner.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    await runner.run()
 
 
 @main.command()

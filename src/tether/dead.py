@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._envelope import BadEnvelope, Envelope
 from ._errors import TaskNotFound, TetherError
+from ._handle import TaskHandle
 from ._redis import text
-from ._task import TaskHandle
-from .scripts import DEAD_RETRY
+from .scripts import dead_retry
 
 if TYPE_CHECKING:
-    from ._app import Tether
+    from ._core import Core
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class DeadLetter:
 class DeadLetters:
     """The dead-letter stream of one queue. Get one with ``app.dead_letters(queue)``."""
 
-    def __init__(self, app: Tether, queue: str) -> None:
+    def __init__(self, app: Core, queue: str) -> None:
         self.app = app
         self.queue = queue
         self.keys = app.keys(queue)
@@ -93,11 +93,9 @@ class DeadLetters:
         sidx = (
             self.keys.streams.index(letter.stream) + 1 if letter.stream in self.keys.streams else 2
         )
-        reply = await DEAD_RETRY(
-            self.app.client,
-            [*self.keys.streams, self.keys.index, self.keys.dead, self.keys.result(env.id)],
-            [entry_id, sidx, env.id, env.encode(self.app.serializer)],
-        )
+        reply = await dead_retry(
+            self.keys, entry_id, sidx, env.id, env.encode(self.app.serializer)
+        ).run(self.app.client)
         if reply is None:
             raise TaskNotFound(f"dead-letter entry {entry_id} was removed meanwhile")
         return TaskHandle(self.app, env.id, self.queue)

@@ -7,15 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from .. import _lifecycle
+from .._enqueue import Plan, enqueue
 from .._errors import ConfigError
 from .._keys import scheduler_tag
 from .._redis import text
 from ._schedule import Missed, Schedule
 
 if TYPE_CHECKING:
-    from .._app import Tether
+    from .._core import Core
+    from .._handle import TaskHandle
     from .._redis import AsyncClient
-    from .._task import Task, TaskHandle
+    from .._task import Task
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class ScheduleInfo:
 
 
 async def load_runtime(
-    app: Tether, keys: SchedulerKeys, client: AsyncClient | None = None
+    app: Core, keys: SchedulerKeys, client: AsyncClient | None = None
 ) -> tuple[list[Schedule], set[str]]:
     client = client if client is not None else app.client
     raw: Any = await client.hgetall(keys.definitions)
@@ -63,7 +66,7 @@ async def load_runtime(
 class Schedules:
     """``app.schedules``: declare-time list plus runtime control."""
 
-    def __init__(self, app: Tether) -> None:
+    def __init__(self, app: Core) -> None:
         self.app = app
         self.keys = SchedulerKeys.of(app.namespace)
 
@@ -152,7 +155,9 @@ class Schedules:
         if task is None:
             raise ConfigError(f"schedule {name!r} names task {schedule.task!r}, unknown here")
         bound = task.options(queue=schedule.queue, priority=schedule.priority)
-        handles = await self.app._enqueue(bound, [(schedule.args, schedule.kwargs)])
+        # Through this app (the one the caller opened), whichever app declared the task.
+        plan = Plan.of(self.app, bound)
+        handles = await enqueue(self.app, bound, plan, [(schedule.args, schedule.kwargs)])
         return handles[0]
 
     async def leader(self) -> str | None:
@@ -187,7 +192,7 @@ class Schedules:
             outcome = None
             if last_id:
                 try:
-                    outcome = (await self.app.handle(last_id).status()).value
+                    outcome = (await _lifecycle.status(self.app, last_id)).value
                 except TaskNotFound:
                     outcome = "expired"
             next_ms = next(schedule.ticks_after(max(now_ms, last_tick or 0)))

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import scripts
 from .._envelope import Envelope
 from .._redis import TRANSIENT_ERRORS, text
 from .._settings import PRIORITIES
-from ..scripts import LEAD, RELEASE, TICK
 from ._control import SchedulerKeys, load_runtime
 
 if TYPE_CHECKING:
-    from .._app import Tether
+    from .._core import Core
     from .._redis import AsyncClient
     from ._schedule import Schedule
 
@@ -43,7 +43,7 @@ class Scheduler:
 
     def __init__(
         self,
-        app: Tether,
+        app: Core,
         *,
         loop_interval: float = 0.5,
         leader_ttl: float = 10.0,
@@ -115,12 +115,12 @@ class Scheduler:
         """Give up the leadership (compare-and-delete), so a follower takes over at once."""
         if self.is_leader:
             with contextlib.suppress(*TRANSIENT_ERRORS):
-                await RELEASE(self.client, [self.keys.leader], [self.holder])
+                await scripts.release(self.keys.leader, self.holder).run(self.client)
             self._lose("resigned")
 
     async def _lead(self) -> None:
-        leads = bool(
-            await LEAD(self.client, [self.keys.leader], [self.holder, int(self.leader_ttl * 1000)])
+        leads = await scripts.lead(self.keys.leader, self.holder, int(self.leader_ttl * 1000)).run(
+            self.client
         )
         if leads and not self.is_leader:
             log.info("scheduler %s is now the leader", self.holder)
@@ -199,11 +199,7 @@ class Scheduler:
 
     async def _tick(self, schedule: Schedule, ticks: list[tuple[int, bool]]) -> None:
         keys = self.app.keys(schedule.queue)
-        args: list[Any] = [
-            schedule.name,
-            "1" if schedule.overlap else "0",
-            PRIORITIES.index(schedule.priority) + 1,
-        ]
+        prepared: list[tuple[int, str, bytes]] = []
         for tick, fire in ticks:
             task_id = schedule.task_id(self.app.namespace, tick)
             payload = b""
@@ -218,12 +214,11 @@ class Scheduler:
                     {"schedule": schedule.name, "tick": tick},
                 )
                 payload = env.encode(self.app.serializer)
-            args += (tick, task_id, payload)
-        results = await TICK(
-            self.client, [*keys.streams, keys.index, keys.delayed, keys.schedules], args
-        )
-        for (tick, _), result in zip(ticks, results, strict=True):
-            state = text(result)
+            prepared.append((tick, task_id, payload))
+        results = await scripts.tick(
+            keys, schedule.name, schedule.overlap, PRIORITIES.index(schedule.priority) + 1, prepared
+        ).run(self.client)
+        for (tick, _), state in zip(ticks, results, strict=True):
             if state == "enqueued":
                 self.fired += 1
                 log.info("schedule %s fired for tick %d", schedule.name, tick)

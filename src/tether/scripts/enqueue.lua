@@ -20,7 +20,7 @@ for i = 0, n - 1 do
   local b = 2 + i * 7
   local id, payload, sidx = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
   local mode, when = ARGV[b + 3], tonumber(ARGV[b + 4])
-  local dk, hold = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+  local dedup_k, hold = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
   local due = 0
   if mode ~= 'n' then
     if not now then
@@ -31,11 +31,11 @@ for i = 0, n - 1 do
     if due <= now then mode = 'n' end
   end
   local duplicate = false
-  if dk > 0 then
+  if dedup_k > 0 then
     local ttl = hold
     if mode ~= 'n' then ttl = ttl + (due - now) end
-    if not redis.call('SET', KEYS[dk], id, 'NX', 'PX', ttl) then
-      out[#out + 1] = '=' .. redis.call('GET', KEYS[dk])
+    if not redis.call('SET', KEYS[dedup_k], id, 'NX', 'PX', ttl) then
+      out[#out + 1] = '=' .. redis.call('GET', KEYS[dedup_k])
       duplicate = true
     end
   end

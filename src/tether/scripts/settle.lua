@@ -2,32 +2,44 @@
 
 For each entry: if it is still pending and owned by this consumer, acknowledge and delete
 it, drop it from the index and apply its outcome, all in this one atomic step. If another
-consumer owns it now (this worker lost its lease), nothing is touched and its id is
-returned, so a late worker can never release a task that another worker is running.
+consumer owns it now (this worker lost its lease), nothing is touched; if it is no longer
+pending at all (an earlier attempt of this very call whose reply was lost, or a server that
+lost its data), nothing is touched either. A late worker can never release a task that
+another worker is running.
 
 KEYS[1..3]  the queue's streams, highest priority first
 KEYS[4]     index hash
 KEYS[5]     delayed set
 KEYS[6]     scheduled payloads
 KEYS[7]     dead-letter stream
-KEYS[8..]   result, done and dedup keys named by the entries
+KEYS[8]     this minute's statistics hash
+KEYS[9]     this hour's statistics hash
+KEYS[10..]  result, done and dedup keys named by the entries
 ARGV[1]     group
 ARGV[2]     consumer
 ARGV[3]     dead-letter stream cap (approximate MAXLEN)
-ARGV[4..]   the entries. A bare success (nothing to record, no index entry) takes 3 values:
-  'o', stream index, entry id. Every other entry takes 12:
+ARGV[4]     ttl ms of the minute hash     ARGV[5]  ttl ms of the hour hash
+ARGV[6]     s, the number of statistics increments; then s pairs: field, amount. They are
+            the whole batch's, summed by the worker, and applied to both hashes only if
+            this call settles at least one entry (so a call sent again after a lost reply
+            does not count twice).
+then the entries. A bare success (nothing to record, no index entry) takes 3 values:
+  'o', stream index, entry id. Every other entry takes 13:
   1 op: 'ok' | 'retry' | 'fail' | 'dead' | 'cancel'
   2 stream index   3 entry id   4 task id ('' when the payload could not be decoded)
-  5 result key index (0 none)   6 done key index (0 none)   7 dedup key index (0 none)
-  8 outcome record ('' none)    9 record ttl ms
-  10 retry: delay ms; fail/dead: the reason
-  11 retry: the next attempt's payload; fail/dead: the error (type, message, traceback)
-  12 dedup hold ms after the outcome (0 = release the key now)
+  5 '1' when the task id came in the payload: it must be indexed to this very entry,
+    or the entry is a forgery or a stale copy and may not write that task's records
+  6 result key index (0 none)   7 done key index (0 none)   8 dedup key index (0 none)
+  9 outcome record ('' none)    10 record ttl ms
+  11 retry: delay ms; fail/dead: the reason
+  12 retry: the next attempt's payload; fail/dead: the error (type, message, traceback)
+  13 dedup hold ms after the outcome (0 = release the key now)
 
-Returns the ids of entries that are no longer ours (lost leases).
+Returns {taken, gone, settled}: taken is flat (entry id, its owner now) for entries another
+consumer owns, gone lists entries no longer pending, settled counts the entries settled.
 ]]
 local group, me, dead_cap = ARGV[1], ARGV[2], ARGV[3]
-local lost = {}
+local taken, gone, settled = {}, {}, 0
 local now = nil
 local function clock()
   if not now then
@@ -36,26 +48,42 @@ local function clock()
   end
   return now
 end
-local b = 4
+local nstats = tonumber(ARGV[6])
+local b = 7 + 2 * nstats
 while b <= #ARGV do
   local op, sidx, eid = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
-  local tid, rk, dk, xk, record, ttl, a1, a2, hold = '', 0, 0, 0, '', 0, '', '', 0
+  local tid, bound, result_k, done_k, dedup_k, record, ttl, hold = '', '0', 0, 0, 0, '', 0, 0
+  local detail, extra = '', ''
   if op == 'o' then
     b = b + 3
   else
-    tid = ARGV[b + 3]
-    rk, dk, xk = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-    record, ttl = ARGV[b + 7], ARGV[b + 8]
-    a1, a2, hold = ARGV[b + 9], ARGV[b + 10], tonumber(ARGV[b + 11])
-    b = b + 12
+    tid, bound = ARGV[b + 3], ARGV[b + 4]
+    result_k, done_k, dedup_k = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+    record, ttl = ARGV[b + 8], ARGV[b + 9]
+    detail, extra, hold = ARGV[b + 10], ARGV[b + 11], tonumber(ARGV[b + 12])
+    b = b + 13
   end
   local stream = KEYS[sidx]
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
-  if #p == 0 or p[1][2] ~= me then
-    lost[#lost + 1] = eid
+  if #p == 0 then
+    gone[#gone + 1] = eid
+  elseif p[1][2] ~= me then
+    taken[#taken + 1] = eid
+    taken[#taken + 1] = p[1][2]
   else
+    settled = settled + 1
+    if bound == '1' and redis.call('HGET', KEYS[4], tid) ~= sidx .. eid then
+      local forged = 'its task id ' .. tid .. ' belongs to another entry (a forged or copied ' ..
+                     'entry), so it may not write that task\'s records'
+      if op == 'fail' or op == 'dead' then
+        detail = detail .. '; ' .. forged
+      else
+        detail, extra = 'it ran, but ' .. forged, ''
+      end
+      op, tid, result_k, done_k, dedup_k = 'dead', '', 0, 0, 0
+    end
+    local payload = ''
     if op == 'fail' or op == 'dead' then
-      local payload = ''
       local e = redis.call('XRANGE', stream, eid, eid)
       if #e > 0 then
         local f = e[1][2]
@@ -63,31 +91,50 @@ while b <= #ARGV do
           if f[j] == 'm' then payload = f[j + 1] end
         end
       end
+    end
+    -- The ack comes first: a server at its memory limit refuses a script whose first write
+    -- needs memory, and accepts the rest of a script that has started writing, so a full
+    -- server still lets workers settle what they hold.
+    redis.call('XACK', stream, group, eid)
+    redis.call('XDEL', stream, eid)
+    if op == 'fail' or op == 'dead' then
+      -- detail is the reason, extra the error
       local status = 'dead'
       if op == 'fail' then status = 'failed' end
       redis.call('XADD', KEYS[7], 'MAXLEN', '~', dead_cap, '*', 'm', payload, 'id', tid,
-                 'status', status, 'reason', a1, 'error', a2, 'queue_stream', stream,
+                 'status', status, 'reason', detail, 'error', extra, 'queue_stream', stream,
                  'entry', eid, 'deliveries', p[1][4], 'at', clock())
     end
-    redis.call('XACK', stream, group, eid)
-    redis.call('XDEL', stream, eid)
     if tid ~= '' then
       redis.call('HDEL', KEYS[4], tid)
       if op == 'retry' then
-        redis.call('ZADD', KEYS[5], clock() + tonumber(a1), tid)
-        redis.call('HSET', KEYS[6], tid, sidx .. a2)
+        -- detail is the delay in ms, extra the next attempt's payload
+        redis.call('ZADD', KEYS[5], clock() + tonumber(detail), tid)
+        redis.call('HSET', KEYS[6], tid, sidx .. extra)
       end
     end
-    if rk > 0 and record ~= '' then redis.call('SET', KEYS[rk], record, 'PX', ttl) end
+    if result_k > 0 and record ~= '' then redis.call('SET', KEYS[result_k], record, 'PX', ttl) end
     if op ~= 'retry' then
-      if dk > 0 then
-        redis.call('RPUSH', KEYS[dk], 1)
-        redis.call('PEXPIRE', KEYS[dk], ttl)
+      if done_k > 0 then
+        redis.call('RPUSH', KEYS[done_k], 1)
+        redis.call('PEXPIRE', KEYS[done_k], ttl)
       end
-      if xk > 0 and redis.call('GET', KEYS[xk]) == tid then
-        if hold > 0 then redis.call('PEXPIRE', KEYS[xk], hold) else redis.call('DEL', KEYS[xk]) end
+      if dedup_k > 0 and redis.call('GET', KEYS[dedup_k]) == tid then
+        if hold > 0 then
+          redis.call('PEXPIRE', KEYS[dedup_k], hold)
+        else
+          redis.call('DEL', KEYS[dedup_k])
+        end
       end
     end
   end
 end
-return lost
+if settled > 0 and nstats > 0 then
+  for i = 7, 6 + 2 * nstats, 2 do
+    redis.call('HINCRBY', KEYS[8], ARGV[i], ARGV[i + 1])
+    redis.call('HINCRBY', KEYS[9], ARGV[i], ARGV[i + 1])
+  end
+  redis.call('PEXPIRE', KEYS[8], ARGV[4])
+  redis.call('PEXPIRE', KEYS[9], ARGV[5])
+end
+return {taken, gone, settled}

@@ -1,22 +1,33 @@
-"""The heartbeat: a thread with its own connection that keeps this worker's leases alive.
+"""The heartbeat: a thread with its own connection that keeps this worker's leases alive and
+publishes its record in the worker registry.
 
 A thread, not a coroutine, so a task that blocks the event loop with CPU work does not cost
 the worker its lease (and its tasks). The loop proves it is alive by ticking; when it has not
 ticked for ``stall_timeout``, the thread stops renewing, so a deadlocked worker releases
 its tasks to the fleet instead of holding them forever.
+
+The keeper also tells the worker whether its lease is *known to be held*: renewed within the
+lease's time to live without finding it lapsed. A worker starts buffered entries and claims
+other workers' entries only while it is; when a renewal finds the lease lapsed (the process
+was frozen, the server was away or full), the worker drops what it buffered, since others
+may have claimed it, and takes up again what is still its own.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from redis.exceptions import RedisError
 
-from .._redis import SyncClient, close_sync
-from ..scripts import RELEASE, RENEW
+from .. import scripts
+from .._redis import FATAL_ERRORS, SyncClient, close_sync, describe_error, is_out_of_memory
 from ._state import WorkerCounters
 
 log = logging.getLogger("tether.worker")
@@ -34,24 +45,49 @@ class LeaseKeeper:
         stall_timeout: float,
         last_tick: Callable[[], float],
         on_cancel: Callable[[list[str]], None],
+        on_lapse: Callable[[float], None],
         counters: WorkerCounters,
+        where: str,
+        registry: tuple[str, str] | None = None,
+        record: Callable[[], dict[str, Any]] | None = None,
+        health_file: str | None = None,
     ) -> None:
         self._client_factory = client_factory
         self._client: SyncClient | None = None
         self._leases = tuple(leases)
         self._token = token
         self._interval = interval
+        self._ttl = ttl
         self._ttl_ms = int(ttl * 1000)
         self._stall_timeout = stall_timeout
         self._last_tick = last_tick
         self._on_cancel = on_cancel
+        self._on_lapse = on_lapse
         self._counters = counters
+        self._where = where
+        self._registry = registry
+        self._record = record
+        self._health_file = Path(health_file) if health_file else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stalled = False
         self._failing = False
+        self._full = False
+        self._registry_failing = False
+        self.confirmed_at = float("-inf")
+        """Monotonic time a renewal was sent that found every lease still ours."""
         self.renewals = 0
+        self.fatal: BaseException | None = None
+        """An error no retry can fix (a wrong password): the worker stops on it."""
+
+    def held(self) -> bool:
+        """The lease is known to be held: renewed within its ttl and found unbroken."""
+        return time.monotonic() - self.confirmed_at < self._ttl
+
+    def confirm(self, sent_at: float) -> None:
+        """The worker has dealt with a lapse found by the renewal sent at ``sent_at``."""
+        self.confirmed_at = max(self.confirmed_at, sent_at)
 
     def _conn(self) -> SyncClient:
         if self._client is None:
@@ -59,49 +95,123 @@ class LeaseKeeper:
         return self._client
 
     def renew(self) -> bool:
-        """Renew every lease once. Returns False when the server could not be reached."""
+        """Renew every lease once. Returns False when the server did not take it."""
         with self._lock:
+            sent_at = time.monotonic()
+            lapsed = False
             try:
                 client = self._conn()
                 for lease_key, cancel_key in self._leases:
-                    previous, cancels = RENEW.run_sync(
-                        client, [lease_key, cancel_key], [self._token, self._ttl_ms]
-                    )
-                    self._check_previous(lease_key, previous)
-                    if cancels:
-                        self._on_cancel([c.decode() for c in cancels])
-                self.renewals += 1
-            except RedisError as exc:
-                if not self._failing:
-                    log.warning(
-                        "heartbeat cannot reach Redis (%s); retrying every %.1fs",
-                        exc,
-                        self._interval,
-                    )
-                self._failing = True
+                    reply = scripts.renew(
+                        lease_key, cancel_key, self._token, self._ttl_ms
+                    ).run_sync(client)
+                    lapsed = self._check_previous(lease_key, reply.previous) or lapsed
+                    if reply.cancels:
+                        self._on_cancel(reply.cancels)
+            except FATAL_ERRORS as exc:
+                self.fatal = exc
+                log.error("heartbeat: %s", describe_error(exc, self._where))
                 return False
-            if self._failing:
-                log.info("heartbeat reconnected; leases renewed")
-            self._failing = False
-            return True
+            except RedisError as exc:
+                self._failed(exc)
+                return False
+            self.renewals += 1
+            if lapsed:
+                # Drop the buffer first (on the loop), then count the lease as held.
+                self._on_lapse(sent_at)
+            else:
+                self.confirmed_at = sent_at
+            if self._failing or self._full:
+                log.info("heartbeat: leases renewed again")
+            self._failing = self._full = False
+        self._publish()
+        self._touch_health_file()
+        return True
 
-    def _check_previous(self, lease_key: str, previous: bytes | None) -> None:
+    def _failed(self, exc: RedisError) -> None:
+        if is_out_of_memory(exc):
+            # Only a lapsed lease is written anew (SET), which a full server refuses: the
+            # lease is gone and others may claim this worker's entries.
+            self.confirmed_at = float("-inf")
+            if not self._full:
+                log.warning(
+                    "heartbeat: this worker's lease lapsed and the server is full (maxmemory "
+                    "reached with noeviction), so it cannot be written again; the worker "
+                    "starts nothing new and claims nothing until memory frees"
+                )
+            self._full = True
+            return
+        if not self._failing:
+            log.warning(
+                "heartbeat: %s; retrying every %.1fs",
+                describe_error(exc, self._where),
+                self._interval,
+            )
+        self._failing = True
+
+    def _check_previous(self, lease_key: str, previous: str | None) -> bool:
+        """True when the lease had lapsed since the last renewal."""
         if self.renewals == 0:
-            if previous is not None and previous.decode() != self._token:
+            if previous is not None and previous != self._token:
                 log.warning(
                     "lease %s was held by an earlier process with this worker's name; taking over",
                     lease_key,
                 )
-            return
+            return False
         if previous is None:
             self._counters.lease_lapses += 1
             log.warning(
                 "lease %s had expired before it was renewed: other workers may have claimed "
-                "this worker's tasks (their acks here will be refused)",
+                "this worker's entries; entries not yet started are dropped and this worker's "
+                "own are taken up again",
                 lease_key,
             )
-        elif previous.decode() != self._token:
+            return True
+        if previous != self._token:
             log.error("lease %s is held by another live process with this worker's name", lease_key)
+        return False
+
+    def _publish(self) -> None:
+        """Write this worker's registry record; a failure here never affects the lease."""
+        if self._registry is None or self._record is None:
+            return
+        index, prefix = self._registry
+        record = self._record()
+        name = str(record["name"])
+        now_ms = int(time.time() * 1000)
+        try:
+            pipe: Any = self._conn().pipeline(transaction=False)
+            pipe.set(prefix + name, json.dumps(record, separators=(",", ":")), px=self._ttl_ms)
+            pipe.zadd(index, {name: now_ms})
+            pipe.zremrangebyscore(index, "-inf", now_ms - 10 * self._ttl_ms)
+            pipe.execute()
+            self._registry_failing = False
+        except RedisError as exc:
+            if not self._registry_failing:
+                log.debug("cannot publish the registry record (%s)", exc)
+            self._registry_failing = True
+
+    def unpublish(self) -> None:
+        if self._registry is None or self._record is None:
+            return
+        index, prefix = self._registry
+        name = str(self._record()["name"])
+        try:
+            pipe: Any = self._conn().pipeline(transaction=False)
+            pipe.delete(prefix + name)
+            pipe.zrem(index, name)
+            pipe.execute()
+        except RedisError as exc:
+            log.debug("cannot remove the registry record (%s); it expires", exc)
+
+    def _touch_health_file(self) -> None:
+        if self._health_file is None:
+            return
+        try:
+            self._health_file.touch()
+            os.utime(self._health_file)
+        except OSError as exc:
+            log.warning("cannot touch the health file %s (%s)", self._health_file, exc)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
@@ -137,10 +247,11 @@ class LeaseKeeper:
             self._thread.join(timeout=self._interval + 5)
         with self._lock:
             if release:
+                self.unpublish()
                 try:
                     client = self._conn()
                     for lease_key, _ in self._leases:
-                        RELEASE.run_sync(client, [lease_key], [self._token])
+                        scripts.release(lease_key, self._token).run_sync(client)
                 except RedisError as exc:
                     log.warning("could not delete the leases (%s); they expire on their own", exc)
             if self._client is not None:

@@ -11,19 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from .. import scripts
 from .._keys import GROUP
 from .._redis import text
 from .._settings import ABANDONED
-from ..scripts import CLAIM, HANDOFF, PROMOTE, PRUNE
 
 if TYPE_CHECKING:
     from .._redis import AsyncClient
-    from ._state import Capacity, Delivery, QueueState, WorkerCounters
+    from ._ledger import Ledger
+    from ._state import Delivery, QueueState, WorkerCounters
 
 log = logging.getLogger("tether.worker")
 
@@ -35,6 +35,8 @@ RECLAIM_PAGES = 10
 HISTORY_PAGE = 100
 
 Accept = Callable[["QueueState", int, bytes, "bytes | None", int, bool], None]
+"""Hands a delivered entry to the worker: queue, stream index, entry id, payload, delivery
+count, suspect (reclaimed or resumed)."""
 
 
 class Maintenance:
@@ -43,34 +45,45 @@ class Maintenance:
         *,
         client: AsyncClient,
         consumer: str,
-        capacity: Capacity,
+        ledger: Ledger,
         counters: WorkerCounters,
         page_size: int,
+        dead_letter_maxlen: int,
         accept: Accept,
-        is_held: Callable[[str, bytes], bool],
-        watch_settles: Callable[[], AbstractContextManager[set[tuple[str, bytes]]]],
     ) -> None:
         self._client = client
         self._me = consumer
-        self._capacity = capacity
+        self._ledger = ledger
         self._counters = counters
         self._page = page_size
+        self._dead_cap = dead_letter_maxlen
         self._accept = accept
-        self._is_held = is_held
-        self._watch_settles = watch_settles
 
     # -- delayed tasks ------------------------------------------------------------------
 
     async def promote(self, queue: QueueState) -> bool:
-        """Move due tasks into their streams. Returns True if any task is due right now."""
+        """Move due tasks into their streams and read the queue's pause flag. Returns True
+        if more tasks are due right now than one pass moves."""
+        call = scripts.promote(queue.keys, PROMOTE_BATCH, self._dead_cap)
         for _ in range(PROMOTE_ROUNDS):
-            moved, next_due, now = await PROMOTE(self._client, queue.promote_keys, [PROMOTE_BATCH])
-            self._counters.promoted += moved
-            if next_due is None:
+            reply = await call.run(self._client)
+            self._counters.promoted += reply.moved
+            if reply.malformed:
+                self._counters.dead_lettered += reply.malformed
+                log.error(
+                    "%d malformed members of queue %s's delayed set went to the dead letters",
+                    reply.malformed,
+                    queue.name,
+                )
+            if reply.paused != queue.paused:
+                log.info("queue %s is %s", queue.name, "paused" if reply.paused else "resumed")
+                queue.paused = reply.paused
+            if reply.next_due_ms is None:
                 queue.next_due = None
             else:
-                queue.next_due = time.monotonic() + max(0.0, (float(next_due) - now) / 1000)
-            if moved < PROMOTE_BATCH:
+                wait = max(0.0, (reply.next_due_ms - reply.now_ms) / 1000)
+                queue.next_due = time.monotonic() + wait
+            if reply.moved + reply.malformed < PROMOTE_BATCH:
                 return False
         return True
 
@@ -81,7 +94,7 @@ class Maintenance:
         claimed = 0
         for sidx in (1, 2, 3):
             pages = 0
-            while pages < RECLAIM_PAGES and self._capacity.free > 0:
+            while pages < RECLAIM_PAGES and self._ledger.free > 0:
                 pages += 1
                 got, wrapped = await self._reclaim_page(queue, sidx)
                 claimed += got
@@ -114,38 +127,22 @@ class Maintenance:
             )
             live = {o for o, v in zip(owners, values, strict=True) if v is not None}
         orphans = [(e, o) for e, o in candidates if o not in live]
-        free = self._capacity.free
-        if not orphans or free <= 0:
+        if not orphans:
             return 0, wrapped
-        orphans = orphans[:free]
-        keys: list[str] = [stream]
-        lease_index: dict[str, int] = {}
-        args: list[Any] = [GROUP, self._me]
-        for entry_id, owner in orphans:
-            index = 0
-            if owner != ABANDONED:
-                index = lease_index.get(owner, 0)
-                if not index:
-                    keys.append(queue.keys.lease(owner))
-                    index = lease_index[owner] = len(keys)
-            args += (entry_id, owner, index)
-        self._capacity.take(len(orphans))
-        reply = await CLAIM(self._client, keys, args)
-        self._capacity.release(len(orphans))
-        got = 0
-        for i in range(0, len(reply), 4):
-            entry_id, payload, deliveries, owner = reply[i : i + 4]
-            log.info(
-                "claimed entry %s of %s from %s (delivery %d)",
-                text(entry_id),
-                stream,
-                text(owner),
-                deliveries,
+        with self._ledger.reserve(len(orphans)) as free:
+            if not free:
+                return 0, wrapped
+            claimed = await scripts.claim(stream, queue.keys.lease, self._me, orphans[:free]).run(
+                self._client
             )
-            self._accept(queue, sidx, bytes(entry_id), payload, int(deliveries), True)
-            got += 1
-        self._counters.claimed += got
-        return got, wrapped
+            for c in claimed:
+                log.info(
+                    "claimed entry %s of %s from %s (delivery %d)",
+                    c.entry_id.decode(), stream, c.owner, c.deliveries,
+                )  # fmt: skip
+                self._accept(queue, sidx, c.entry_id, c.payload, c.deliveries, True)
+        self._counters.claimed += len(claimed)
+        return len(claimed), wrapped
 
     # -- own entries --------------------------------------------------------------------
 
@@ -163,9 +160,9 @@ class Maintenance:
                 missing = [
                     e
                     for e in (_bytes(_field(r, "message_id", 0)) for r in rows)
-                    if not self._is_held(stream, e)
+                    if not self._ledger.holds(stream, e)
                 ]
-                free = self._capacity.free
+                free = self._ledger.free
                 if missing and free <= 0:
                     return False
                 if missing:
@@ -179,20 +176,13 @@ class Maintenance:
 
     async def _resume(self, queue: QueueState, sidx: int, entry_ids: list[bytes]) -> None:
         stream = queue.streams[sidx - 1]
-        args: list[Any] = [GROUP, self._me]
-        for entry_id in entry_ids:
-            args += (entry_id, self._me, 0)
+        call = scripts.claim(stream, queue.keys.lease, self._me, [(e, self._me) for e in entry_ids])
         # An entry settled while this call is in flight must not be taken up again.
-        self._capacity.take(len(entry_ids))
-        try:
-            with self._watch_settles() as settled:
-                reply = await CLAIM(self._client, [stream], args)
-        finally:
-            self._capacity.release(len(entry_ids))
-        for i in range(0, len(reply), 4):
-            entry_id, payload, deliveries = bytes(reply[i]), reply[i + 1], int(reply[i + 2])
-            if not (self._is_held(stream, entry_id) or (stream, entry_id) in settled):
-                self._accept(queue, sidx, entry_id, payload, deliveries, True)
+        with self._ledger.reserve(len(entry_ids)), self._ledger.watch_releases() as settled:
+            claimed = await call.run(self._client)
+            for c in claimed:
+                if not (self._ledger.holds(stream, c.entry_id) or (stream, c.entry_id) in settled):
+                    self._accept(queue, sidx, c.entry_id, c.payload, c.deliveries, True)
 
     # -- handoff ------------------------------------------------------------------------
 
@@ -202,10 +192,8 @@ class Maintenance:
             by_stream.setdefault((d.queue, d.stream), []).append(d)
         moved = 0
         for (_, stream), items in by_stream.items():
-            args: list[Any] = [GROUP, self._me]
-            for d in items:
-                args += (d.entry_id, "1" if d.counted else "0")
-            moved += int(await HANDOFF(self._client, [stream], args))
+            pairs = [(d.entry_id, d.counted) for d in items]
+            moved += await scripts.handoff(stream, self._me, pairs).run(self._client)
         self._counters.handed_off += moved
         return moved
 
@@ -241,11 +229,10 @@ class Maintenance:
                     names.add(name)
         removed = 0
         for name in sorted(names):
-            removed += int(
-                await PRUNE(self._client, [*queue.streams, queue.keys.lease(name)], [GROUP, name])
-            )
+            call = scripts.prune(queue.streams, queue.keys.lease(name), name)
+            removed += await call.run(self._client)
         if removed:
-            log.info("removed %d dead consumers from queue %s", removed, queue.name)
+            log.debug("removed %d dead consumers from queue %s", removed, queue.name)
         self._counters.pruned_consumers += removed
         return removed
 

@@ -1,31 +1,59 @@
-"""Outcomes: what a settle records for an entry, built from how its task ended."""
+"""The outcome policy: what a finished attempt becomes (retry, failure, dead letter) and the
+records a settle writes for it. Plain functions of their inputs, testable without a server.
+"""
 
 from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._errors import Retry
+from ..scripts._calls import SettleItem
+
 if TYPE_CHECKING:
-    from .._envelope import Serializer
+    from .._envelope import Envelope, Serializer
+    from .._keys import QueueKeys
+
+Outcome = SettleItem
+"""One entry's settle instruction (see scripts/settle.lua)."""
+
+BARE_SUCCESS = SettleItem("o")
+"""A success with nothing to record: the ack alone."""
 
 
-@dataclass(slots=True)
-class Outcome:
-    """One entry's settle instruction (see scripts/settle.lua for the meaning)."""
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a failed attempt becomes."""
 
-    op: str
-    """'ok', 'retry', 'fail', 'dead' or 'cancel'."""
-    task_id: str = ""
-    record: bytes = b""
-    ttl_ms: int = 0
-    a1: str | int = ""
-    a2: str | bytes = ""
-    result_key: str | None = None
-    done_key: str | None = None
-    dedup_key: str | None = None
-    dedup_hold_ms: int = 0
+    retry: bool
+    delay: float = 0.0
+    """Seconds before the next attempt (when ``retry``)."""
+    why_not: str = ""
+    """When not retried: why, in words ('retries used up', 'not in retry_on')."""
+
+
+def decide(
+    exc: BaseException,
+    attempt: int,
+    retries: int,
+    retry_on: tuple[type[BaseException], ...],
+    retry_delay: Callable[[int], float],
+) -> Decision:
+    """Retry when the exception asks for it (``Retry``) or is one of ``retry_on``, and
+    attempts remain; the delay is ``Retry.delay`` or the task's backoff."""
+    wants_retry = isinstance(exc, (Retry, *retry_on))
+    if not wants_retry:
+        names = ", ".join(e.__name__ for e in retry_on) or "nothing"
+        return Decision(False, why_not=f"not retried: {type(exc).__name__} is not in retry_on "
+                        f"({names})")  # fmt: skip
+    if attempt > retries:
+        return Decision(False, why_not="no retries left" if retries else "retries=0")
+    if isinstance(exc, Retry) and exc.delay is not None:
+        return Decision(True, exc.delay)
+    return Decision(True, retry_delay(attempt))
 
 
 def error_fields(exc: BaseException) -> dict[str, str]:
@@ -56,3 +84,111 @@ def make_record(
     else:
         record["value"] = value
     return serializer.dumps(record)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where an outcome is recorded: the task's id, keys, and what it asked for."""
+
+    task_id: str
+    bound: bool
+    """The id came in the payload (settle checks the index binds it to this entry)."""
+    store: bool
+    ttl_ms: int
+    keys: QueueKeys
+    dedup: str | None
+    dedup_hold_ms: int
+
+    @classmethod
+    def of(cls, keys: QueueKeys, env: Envelope, bound: bool, store: bool, ttl_ms: int) -> Target:
+        key = env.options.get("key")
+        hold = env.options.get("key_ttl")
+        return cls(
+            env.id,
+            bound,
+            store,
+            ttl_ms,
+            keys,
+            keys.dedup(key) if isinstance(key, str) else None,
+            int(hold * 1000) if isinstance(hold, (int, float)) and hold > 0 else 0,
+        )
+
+    def outcome(self, op: str, record: bytes = b"", **detail: Any) -> Outcome:
+        """The settle instruction for this task: records and done list when it stores
+        results, its dedup key released or held on."""
+        store = self.store
+        return SettleItem(
+            op,
+            task_id=self.task_id,
+            bound=self.bound,
+            record=record if store else b"",
+            ttl_ms=self.ttl_ms,
+            result_key=self.keys.result(self.task_id) if store else None,
+            done_key=self.keys.done(self.task_id) if store else None,
+            dedup_key=self.dedup,
+            dedup_hold_ms=self.dedup_hold_ms,
+            **detail,
+        )
+
+
+def success(target: Target, serializer: Serializer, env: Envelope, value: Any) -> Outcome:
+    """A success; its record holds the value. A value the serializer refuses is not a
+    success: raises the serializer's error (the caller fails the attempt with it)."""
+    if not target.store and target.dedup is None:
+        return target.outcome("ok") if target.bound else BARE_SUCCESS
+    record = b""
+    if target.store:
+        record = make_record(serializer, "succeeded", env.task, env.attempt, value=value)
+    return target.outcome("ok", record)
+
+
+def retry(
+    target: Target,
+    serializer: Serializer,
+    env: Envelope,
+    error: dict[str, str],
+    delay: float,
+    next_payload: bytes,
+) -> Outcome:
+    record = make_record(serializer, "retrying", env.task, env.attempt, error=error)
+    return target.outcome(
+        "retry", record, retry_delay_ms=int(delay * 1000), next_payload=next_payload
+    )
+
+
+def failure(
+    target: Target, serializer: Serializer, env: Envelope, error: dict[str, str], reason: str
+) -> Outcome:
+    record = make_record(serializer, "failed", env.task, env.attempt, error=error)
+    return target.outcome("fail", record, reason=reason, error=serializer.dumps(error))
+
+
+def dead(
+    target: Target | None,
+    serializer: Serializer,
+    env: Envelope | None,
+    reason: str,
+    task_id: str = "",
+) -> Outcome:
+    """To the dead-letter stream, with its record when the task is known."""
+    err = {"type": "tether.Dead", "message": reason, "traceback": ""}
+    if target is None or env is None:
+        return SettleItem("dead", task_id=task_id, reason=reason, error=serializer.dumps(err))
+    record = make_record(serializer, "dead", env.task, env.attempt, error=err)
+    # The dead record is written even for tasks that do not store results: waiters must
+    # learn that it will never run.
+    return Target(
+        target.task_id, target.bound, True, target.ttl_ms, target.keys, target.dedup,
+        target.dedup_hold_ms,
+    ).outcome("dead", record, reason=reason, error=serializer.dumps(err))  # fmt: skip
+
+
+def cancelled(target: Target | None, serializer: Serializer, env: Envelope | None) -> Outcome:
+    if target is None or env is None:
+        return SettleItem("cancel")
+    err = {"type": "asyncio.CancelledError", "message": "cancelled on request", "traceback": ""}
+    record = make_record(serializer, "cancelled", env.task, env.attempt, error=err)
+    return Target(
+        target.task_id, target.bound, True, target.ttl_ms, target.keys, target.dedup,
+        target.dedup_hold_ms,
+    ).outcome("cancel", record)  # fmt: skip

@@ -4,6 +4,11 @@ Async tasks run on the event loop; plain functions in a thread pool of ``concurr
 threads. A sync task past its timeout cannot be killed inside its thread: its outcome is
 recorded as timed out, and its slot stays taken until the thread really returns, so the
 worker never runs more than ``concurrency`` things at once.
+
+An entry that waits in the buffer starts only while the worker's lease is known to be held
+(renewed within the lease's time to live). A worker frozen past its lease may have lost its
+buffered entries to other workers; it starts none of them until the heartbeat has either
+confirmed the lease never lapsed, or found it lapsed, and then the buffer is dropped.
 """
 
 from __future__ import annotations
@@ -12,22 +17,29 @@ import asyncio
 import contextvars
 import functools
 import logging
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from .. import scripts
 from .._context import LazyContext, _current
 from .._envelope import BadEnvelope, Envelope
-from .._errors import Retry
+from .._errors import SerializationError
 from .._keys import derived_task_id
 from .._middleware import call_hooks
+from .._redis import TRANSIENT_ERRORS, is_missing_group
 from .._settings import PRIORITIES
-from ._outcome import Outcome, error_fields, make_record
+from . import _outcome as policy
+from ._outcome import Outcome, Target, error_fields
+from ._stats import Observation
 
 if TYPE_CHECKING:
-    from .._app import Tether
+    from .._core import Core
+    from .._redis import AsyncClient
     from .._task import Task
+    from ._ledger import Ledger
     from ._state import Delivery, WorkerCounters
 
 log = logging.getLogger("tether.worker")
@@ -43,24 +55,26 @@ class TaskTimeout(TimeoutError):
 class Runner:
     def __init__(
         self,
-        app: Tether,
+        app: Core,
         *,
+        client: AsyncClient,
+        ledger: Ledger,
         concurrency: int,
         worker_name: str,
         max_deliveries: int,
         counters: WorkerCounters,
         settle: Callable[[Delivery, Outcome], None],
-        mark_started: Callable[[Delivery], Awaitable[int]],
-        forget: Callable[[Delivery], None],
+        lease_held: Callable[[], bool],
     ) -> None:
         self.app = app
+        self.client = client
+        self.ledger = ledger
         self.concurrency = concurrency
         self.worker_name = worker_name
         self.max_deliveries = max_deliveries
         self.counters = counters
         self._settle = settle
-        self._mark_started = mark_started
-        self._forget = forget
+        self._lease_held = lease_held
         self.buffers: tuple[deque[Delivery], ...] = (deque(), deque(), deque())
         self.suspects: deque[Delivery] = deque()
         """Entries started twice or more without an outcome: each runs alone, so a task
@@ -75,13 +89,14 @@ class Runner:
         self._shutting_down = False
         self._loop = asyncio.get_running_loop()
         self._default_result_ttl_ms = int(app.settings.result_ttl * 1000)
+        self._stats = app.settings.stats
 
     # -- admission ----------------------------------------------------------------------
 
     def submit(self, delivery: Delivery) -> None:
         if delivery.suspect and delivery.deliveries >= 2:
             self.suspects.append(delivery)
-            self._schedule()
+            self.schedule()
         elif self.busy < self.concurrency and self._alone is None and not self.suspects:
             self._start(delivery)
         else:
@@ -93,9 +108,12 @@ class Runner:
         delivery.started = True
         self.running[delivery] = self._loop.create_task(self._execute(delivery))
 
-    def _schedule(self) -> None:
-        """Start what may start: a suspect once nothing else runs, else by priority."""
+    def schedule(self) -> None:
+        """Start what may start: a suspect once nothing else runs, else by priority; none
+        while the lease is in doubt."""
         if self._shutting_down or self._alone is not None:
+            return
+        if not self.buffered or not self._lease_held():
             return
         if self.suspects:
             if self.busy == 0:
@@ -110,12 +128,13 @@ class Runner:
         self.busy -= 1
         if self._alone is delivery:
             self._alone = None
-        self._schedule()
+        self.schedule()
         if self.busy == 0:
             self._idle.set()
 
     def take_buffered(self) -> list[Delivery]:
-        """Remove and return every delivery that has not started (for the handoff)."""
+        """Remove and return every delivery that has not started (for a handoff, or to drop
+        them when the lease lapsed)."""
         out: list[Delivery] = list(self.suspects)
         self.suspects.clear()
         for buffer in self.buffers:
@@ -172,6 +191,7 @@ class Runner:
 
     async def _execute(self, delivery: Delivery) -> None:
         free_slot = True
+        outcome: Outcome | None
         try:
             outcome, free_slot = await self._run(delivery)
         except asyncio.CancelledError:
@@ -179,14 +199,20 @@ class Runner:
                 return  # handed off by the shutdown
             outcome = self._cancelled(delivery, delivery.envelope)
         except Exception as exc:  # a bug in Tether itself: keep the payload in the dead letters
-            log.exception("internal error running entry %s", delivery.entry_id)
-            outcome = Outcome("dead", a1=f"internal error in the worker: {exc!r}")
+            log.exception("internal error running entry %s", delivery.entry_id.decode())
+            env = delivery.envelope or _peek_envelope(self.app, delivery)
+            outcome = await self._dead(
+                delivery,
+                env,
+                f"internal error in the worker: {exc!r}",
+                env.id if env else _derived_id(delivery),
+            )
         finally:
             self.running.pop(delivery, None)
             if free_slot:
                 self._free_slot(delivery)
         if outcome is None:
-            self._forget(delivery)
+            self.ledger.release([delivery])
         else:
             self._settle(delivery, outcome)
 
@@ -199,9 +225,9 @@ class Runner:
             if not proceed:
                 return early, True
         resolved = await self._resolve(delivery)
-        if isinstance(resolved, Outcome):
+        if not isinstance(resolved, tuple):
             return resolved, True
-        env, task = resolved
+        env, task, target = resolved
         cfg = task.config
         opts = env.options
         retries = opts.get("retries", cfg.retries)
@@ -209,36 +235,46 @@ class Runner:
         ctx = LazyContext(
             env.id, env.task, delivery.queue.name, PRIORITIES[delivery.sidx - 1], env.attempt,
             retries + 1, delivery.deliveries, env.enqueued_ms, self.worker_name,
-            opts.get("schedule"), opts.get("tick"),
+            opts.get("schedule"), opts.get("tick"), env.headers or {},
         )  # fmt: skip
         timeout = opts.get("timeout", cfg.timeout)
         middleware = app.middleware
         if middleware:
             await call_hooks(middleware, "before_run", ctx.get())
+        started = time.monotonic()
+        if self._stats:
+            delivery.wait_ms = max(0.0, time.time() * 1000 - (env.due_ms or env.enqueued_ms))
         token = _current.set(ctx)
         free_slot = True
         try:
-            if task.is_async:
-                coro = task.fn(*env.args, **env.kwargs)
-                if timeout is None:
-                    value = await coro
-                else:
-                    value = await _with_timeout(coro, timeout)
-            else:
-                value, free_slot = await self._run_sync(delivery, task, env, timeout)
+            value, free_slot = await self._call(delivery, task, env, timeout)
+            delivery.run_ms = (time.monotonic() - started) * 1000
+            try:
+                outcome = policy.success(target, app.serializer, env, value)
+            except Exception as exc:
+                raise SerializationError(
+                    f"the result ({type(value).__name__}) cannot be serialized by the "
+                    f"{app.serializer.name} serializer: {exc}"
+                ) from exc
         except Exception as exc:  # the task's error becomes its outcome
-            if isinstance(exc, TaskTimeout) and exc.slot_kept:
-                free_slot = False
-            outcome = await self._after_failure(delivery, env, task, ctx, exc, retries)
+            delivery.run_ms = (time.monotonic() - started) * 1000
+            if isinstance(exc, TaskTimeout):
+                self.counters.timed_out += 1
+                delivery.timed_out = True
+                if exc.slot_kept:
+                    free_slot = False
+            outcome = await self._after_failure(delivery, env, task, target, ctx, exc, retries)
             return outcome, free_slot
         finally:
             _current.reset(token)
-        outcome = self._succeeded(delivery, env, task, value)
+        self.counters.succeeded += 1
         if middleware:
             await call_hooks(middleware, "after_run", ctx.get(), "succeeded", value, None)
         return outcome, free_slot
 
-    async def _resolve(self, delivery: Delivery) -> tuple[Envelope, Task[Any, Any]] | Outcome:
+    async def _resolve(
+        self, delivery: Delivery
+    ) -> tuple[Envelope, Task[Any, Any], Target] | Outcome:
         """Decode the entry and find its task, or the dead-letter outcome saying why not."""
         try:
             env = Envelope.decode(delivery.payload, self.app.serializer)
@@ -247,16 +283,25 @@ class Runner:
             return await self._dead(
                 delivery, None, bad.reason, bad.task_id or _derived_id(delivery)
             )
-        if not env.id:  # a plain enqueue: the stream entry is the task's identity
+        bound = bool(env.id)
+        if not bound:  # a plain enqueue: the stream entry is the task's identity
             env.id = _derived_id(delivery)
-            delivery.indexed = False
         delivery.envelope = env
         task = self.app.tasks.get(env.task)
-        if task is None:
+        if task is None or task.fn is None:
             reason = f"unknown task {env.task!r}: this worker has no task registered by that name"
             log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
             return await self._dead(delivery, env, reason)
-        return env, task
+        if task.signature is not None:
+            try:
+                task.signature.bind(*env.args, **env.kwargs)
+            except TypeError as exc:
+                reason = f"the arguments do not fit task {env.task!r}: {exc}"
+                log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
+                return await self._dead(delivery, env, reason)
+        store = bool(env.options.get("store_result", task.config.store_result))
+        target = Target.of(delivery.queue.keys, env, bound, store, self._ttl_ms(task))
+        return env, task, target
 
     async def _admit_suspect(self, delivery: Delivery) -> tuple[bool, Outcome | None]:
         """A reclaimed entry: quarantine it if it was started too often, else count this
@@ -267,16 +312,47 @@ class Runner:
             reason = f"delivered {delivery.deliveries} times; its workers died"
             log.error("quarantined entry %s: %s", delivery.entry_id.decode(), reason)
             return False, await self._dead(delivery, env, reason)
-        count = await self._mark_started(delivery)
+        try:
+            count = await scripts.start(delivery.stream, self.worker_name, delivery.entry_id).run(
+                self.client
+            )
+        except TRANSIENT_ERRORS as exc:
+            # Not the task's fault: this worker still owns the entry (or lost it with its
+            # lease); forget it here and take it up again once the server answers.
+            log.warning(
+                "could not start entry %s (%s); it is taken up again when the server answers",
+                delivery.entry_id.decode(),
+                exc,
+            )
+            self.ledger.resync = True
+            return False, None
+        except Exception as exc:
+            if not is_missing_group(exc):
+                raise
+            log.warning("entry %s was lost with its stream (%s)", delivery.entry_id.decode(), exc)
+            return False, None
         if count == 0:
             log.warning("entry %s changed owner before it started", delivery.entry_id.decode())
             return False, None
         delivery.deliveries, delivery.counted = count, True
         return True, None
 
+    async def _call(
+        self, delivery: Delivery, task: Task[Any, Any], env: Envelope, timeout: float | None
+    ) -> tuple[Any, bool]:
+        """Call the task's function; returns its value and whether its slot is free."""
+        if not task.is_async:
+            return await self._run_sync(delivery, task, env, timeout)
+        assert task.fn is not None
+        coro: Any = task.fn(*env.args, **env.kwargs)
+        if timeout is None:
+            return await coro, True
+        return await _with_timeout(coro, timeout), True
+
     async def _run_sync(
         self, delivery: Delivery, task: Task[Any, Any], env: Envelope, timeout: float | None
     ) -> tuple[Any, bool]:
+        assert task.fn is not None
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *env.args, **env.kwargs)
         future = self._loop.run_in_executor(self._threads, call)
@@ -293,130 +369,59 @@ class Runner:
 
     # -- outcomes -----------------------------------------------------------------------
 
-    def _result_keys(self, delivery: Delivery, env: Envelope, store: bool) -> dict[str, Any]:
-        keys = delivery.queue.keys
-        out: dict[str, Any] = {"task_id": env.id}
-        if store:
-            out["result_key"] = keys.result(env.id)
-            out["done_key"] = keys.done(env.id)
-        key = env.options.get("key")
-        if key is not None:
-            out["dedup_key"] = keys.dedup(key)
-            ttl = env.options.get("key_ttl")
-            out["dedup_hold_ms"] = int(ttl * 1000) if ttl else 0
-        return out
-
     def _ttl_ms(self, task: Task[Any, Any] | None) -> int:
         if task is not None and task.config.result_ttl is not None:
             return int(task.config.result_ttl * 1000)
         return self._default_result_ttl_ms
-
-    def _store(self, env: Envelope, task: Task[Any, Any] | None) -> bool:
-        default = task.config.store_result if task is not None else True
-        return bool(env.options.get("store_result", default))
-
-    def _succeeded(
-        self, delivery: Delivery, env: Envelope, task: Task[Any, Any], value: Any
-    ) -> Outcome:
-        self.counters.succeeded += 1
-        store = self._store(env, task)
-        if not store and "key" not in env.options:
-            return Outcome("ok", env.id) if delivery.indexed else Outcome("o")
-        record = b""
-        if store:
-            try:
-                record = make_record(
-                    self.app.serializer, "succeeded", env.task, env.attempt, value=value
-                )
-            except Exception as exc:
-                err = error_fields(exc)
-                err["message"] = f"the result ({type(value).__name__}) cannot be serialized: {exc}"
-                record = make_record(
-                    self.app.serializer, "failed", env.task, env.attempt, error=err
-                )
-        return Outcome(
-            "ok",
-            record=record,
-            ttl_ms=self._ttl_ms(task),
-            **self._result_keys(delivery, env, store),
-        )
 
     async def _after_failure(
         self,
         delivery: Delivery,
         env: Envelope,
         task: Task[Any, Any],
+        target: Target,
         ctx: LazyContext,
         exc: Exception,
         retries: int,
     ) -> Outcome:
         cfg = task.config
         err = error_fields(exc)
-        store = self._store(env, task)
-        wants_retry = isinstance(exc, (Retry, *cfg.retry_on))
+        decision = policy.decide(exc, env.attempt, retries, cfg.retry_on, cfg.retry_delay)
         middleware = self.app.middleware
-        if wants_retry and env.attempt <= retries:
-            delay = (
-                exc.delay
-                if isinstance(exc, Retry) and exc.delay is not None
-                else cfg.retry_delay(env.attempt)
-            )
+        if decision.retry:
             nxt = Envelope(
-                env.id,
-                env.task,
-                env.args,
-                env.kwargs,
-                env.enqueued_ms,
-                env.attempt + 1,
-                env.options,
-            )
+                env.id, env.task, env.args, env.kwargs, env.enqueued_ms, env.attempt + 1,
+                env.options, int(time.time() * 1000 + decision.delay * 1000), env.headers,
+            )  # fmt: skip
             self.counters.retried += 1
+            # Reclaim or promotion starts it: this worker's next maintenance pass is due
+            # within reclaim_interval, so a short delay can start up to that much later.
+            delivery.queue.note_due(time.monotonic() + decision.delay)
             log.info(
-                "task %s (%s) attempt %d/%d failed with %s; retrying in %.2fs",
-                env.task,
-                env.id,
-                env.attempt,
-                retries + 1,
-                err["type"],
-                delay,
-            )
-            record = (
-                make_record(self.app.serializer, "retrying", env.task, env.attempt, error=err)
-                if store
-                else b""
-            )
+                "task %s (%s) attempt %d of %d failed with %s; retry due in %.2fs",
+                env.task, env.id, env.attempt, retries + 1, err["type"], decision.delay,
+            )  # fmt: skip
             if middleware:
-                await call_hooks(middleware, "on_retry", ctx.get(), exc, delay)
-            keys = self._result_keys(delivery, env, store)
-            return Outcome(
-                "retry",
-                record=record,
-                ttl_ms=self._ttl_ms(task),
-                a1=int(delay * 1000),
-                a2=nxt.encode(self.app.serializer),
-                **keys,
+                await call_hooks(middleware, "on_retry", ctx.get(), exc, decision.delay)
+            return policy.retry(
+                target,
+                self.app.serializer,
+                env,
+                err,
+                decision.delay,
+                nxt.encode(self.app.serializer),
             )
         self.counters.failed += 1
+        self.counters.dead_lettered += 1
         reason = (
-            f"failed on attempt {env.attempt} of {retries + 1}: {err['type']}: {err['message']}"
+            f"failed on attempt {env.attempt} of {retries + 1} ({decision.why_not}): "
+            f"{err['type']}: {err['message']}"
         )
         log.warning("task %s (%s) %s", env.task, env.id, reason, exc_info=exc)
         if middleware:
             await call_hooks(middleware, "after_run", ctx.get(), "failed", None, exc)
             await call_hooks(middleware, "on_dead", ctx.get(), env.id, reason)
-        record = (
-            make_record(self.app.serializer, "failed", env.task, env.attempt, error=err)
-            if store
-            else b""
-        )
-        return Outcome(
-            "fail",
-            record=record,
-            ttl_ms=self._ttl_ms(task),
-            a1=reason,
-            a2=self.app.serializer.dumps(err),
-            **self._result_keys(delivery, env, store),
-        )
+        return policy.failure(target, self.app.serializer, env, err, reason)
 
     async def _dead(
         self, delivery: Delivery, env: Envelope | None, reason: str, task_id: str = ""
@@ -427,32 +432,27 @@ class Runner:
                 self.app.middleware, "on_dead", None, env.id if env else task_id, reason
             )
         if env is None:
-            return Outcome("dead", task_id, a1=reason)
+            return policy.dead(None, self.app.serializer, None, reason, task_id)
         task = self.app.tasks.get(env.task)
-        err = {"type": "tether.Dead", "message": reason, "traceback": ""}
-        record = make_record(self.app.serializer, "dead", env.task, env.attempt, error=err)
-        return Outcome(
-            "dead",
-            record=record,
-            ttl_ms=self._ttl_ms(task),
-            a1=reason,
-            a2=self.app.serializer.dumps(err),
-            **self._result_keys(delivery, env, True),
+        target = Target.of(
+            delivery.queue.keys, env, delivery_bound(delivery, env), True, self._ttl_ms(task)
         )
+        return policy.dead(target, self.app.serializer, env, reason)
 
     def _cancelled(self, delivery: Delivery, env: Envelope | None) -> Outcome:
         self.counters.cancelled += 1
         if env is None:
-            return Outcome("cancel")
+            return policy.cancelled(None, self.app.serializer, None)
         task = self.app.tasks.get(env.task)
-        err = {"type": "asyncio.CancelledError", "message": "cancelled on request", "traceback": ""}
-        record = make_record(self.app.serializer, "cancelled", env.task, env.attempt, error=err)
-        return Outcome(
-            "cancel",
-            record=record,
-            ttl_ms=self._ttl_ms(task),
-            **self._result_keys(delivery, env, True),
+        target = Target.of(
+            delivery.queue.keys, env, delivery_bound(delivery, env), True, self._ttl_ms(task)
         )
+        return policy.cancelled(target, self.app.serializer, env)
+
+
+def delivery_bound(delivery: Delivery, env: Envelope) -> bool:
+    """Whether the envelope carried its own id (a derived id is the entry's by nature)."""
+    return env.id != _derived_id(delivery)
 
 
 async def _with_timeout(coro: Any, timeout: float) -> Any:
@@ -462,7 +462,7 @@ async def _with_timeout(coro: Any, timeout: float) -> Any:
         raise TaskTimeout(f"the task ran past its timeout of {timeout}s") from None
 
 
-def _peek_envelope(app: Tether, delivery: Delivery) -> Envelope | None:
+def _peek_envelope(app: Core, delivery: Delivery) -> Envelope | None:
     try:
         env = Envelope.decode(delivery.payload, app.serializer)
     except BadEnvelope:
@@ -474,3 +474,13 @@ def _peek_envelope(app: Tether, delivery: Delivery) -> Envelope | None:
 
 def _derived_id(delivery: Delivery) -> str:
     return derived_task_id(delivery.queue.name, delivery.sidx, delivery.entry_id.decode())
+
+
+def observation(delivery: Delivery, outcome: Outcome) -> Observation | None:
+    """What a finished delivery adds to the statistics (None when it never ran)."""
+    env = delivery.envelope
+    if env is None or delivery.run_ms is None:
+        return None
+    op = outcome.op
+    name = "ok" if op == "o" else op
+    return Observation(env.task, name, delivery.run_ms, delivery.wait_ms, delivery.timed_out)

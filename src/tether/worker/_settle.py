@@ -1,25 +1,33 @@
 """Settling: fenced acks batched across tasks.
 
 Finished entries wait here until the next flush; a flush sends one ``settle`` script call
-per queue for everything that finished meanwhile, so a busy worker pays one round trip per
-batch instead of one per task. Nothing is acknowledged unless this worker still owns it.
+per queue (and per 500 entries) for everything that finished meanwhile, so a busy worker pays
+one round trip per batch instead of one per task. Nothing is acknowledged unless this worker
+still owns it.
+
+A call that fails on a transient error (a cut connection, a full server) is sent again with
+backoff, and only that call: the calls of the same flush that succeeded are done. A call sent
+again after its reply was lost finds its entries already settled ("gone") and touches nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis.exceptions
 
-from .._keys import GROUP
-from .._redis import TRANSIENT_ERRORS, is_missing_group
-from ..scripts import SETTLE
+from .. import scripts
+from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory
+from ._runner import observation
+from ._stats import stats_write
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._redis import AsyncClient
+    from ._ledger import Ledger
     from ._outcome import Outcome
     from ._state import Delivery, QueueState, WorkerCounters
 
@@ -27,29 +35,46 @@ log = logging.getLogger("tether.worker")
 
 SETTLE_CHUNK = 500
 
+Item = tuple["Delivery", "Outcome"]
+
+
+class _Chunk:
+    """One settle call's worth: a queue's items, and whether it was sent before."""
+
+    __slots__ = ("items", "queue", "resent")
+
+    def __init__(self, queue: QueueState, items: list[Item]) -> None:
+        self.queue = queue
+        self.items = items
+        self.resent = False
+
 
 class Settler:
     def __init__(
         self,
         *,
         client: AsyncClient,
+        ledger: Ledger,
         consumer: str,
         dead_letter_maxlen: int,
         counters: WorkerCounters,
-        on_settled: Callable[[list[Delivery]], None],
         retry_delay: Callable[[int], float],
+        stats_window: float | None,
     ) -> None:
         self._client = client
+        self._ledger = ledger
         self._consumer = consumer
         self._dead_cap = dead_letter_maxlen
         self._counters = counters
-        self._on_settled = on_settled
         self._retry_delay = retry_delay
-        self._pending: list[tuple[Delivery, Outcome]] = []
+        self._stats_window = stats_window
+        self._pending: list[Item] = []
+        self._retrying: list[_Chunk] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
+        self.server_full = False
 
     def add(self, delivery: Delivery, outcome: Outcome) -> None:
         self._pending.append((delivery, outcome))
@@ -58,7 +83,7 @@ class Settler:
 
     @property
     def backlog(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + sum(len(c.items) for c in self._retrying)
 
     async def run(self) -> None:
         failures = 0
@@ -68,104 +93,125 @@ class Settler:
             # One turn of the loop lets the other tasks whose replies already arrived finish
             # too, so they share this round trip.
             await asyncio.sleep(0)
-            while self._pending:
+            while self._pending or self._retrying:
+                chunks, self._retrying = self._retrying, []
                 batch, self._pending = self._pending, []
-                try:
-                    await self._flush(batch)
+                chunks += _chunks(batch)
+                failed = await self._flush(chunks)
+                if not failed:
+                    if failures:
+                        log.info("settling again: the server accepts the outcomes")
                     failures = 0
-                except redis.exceptions.ResponseError as exc:
-                    if not is_missing_group(exc):
-                        raise
-                    # The server lost the streams (restarted empty): these entries no longer
-                    # exist, so there is nothing left to acknowledge.
-                    log.warning(
-                        "dropping %d outcomes: their streams were lost by the server (%s)",
-                        len(batch), exc,
-                    )  # fmt: skip
-                    self._on_settled([d for d, _ in batch])
-                except TRANSIENT_ERRORS as exc:
-                    # Keep every outcome: they are settled when the server is back.
-                    self._pending[:0] = batch
-                    failures += 1
-                    if failures == 1:
-                        log.warning("cannot settle %d entries (%s); will retry", len(batch), exc)
-                    await asyncio.sleep(self._retry_delay(failures))
+                    self.server_full = False
+                    continue
+                self._retrying = failed + self._retrying
+                failures += 1
+                await asyncio.sleep(self._retry_delay(failures))
             self._idle.set()
             if self._closing:
                 return
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything added so far is settled (or ``timeout`` passes)."""
-        if not self._pending and self._idle.is_set():
+        if not self.backlog and self._idle.is_set():
             return True
         self._wake.set()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except asyncio.TimeoutError:
             return False
-        return not self._pending
-
-    async def _flush(self, batch: list[tuple[Delivery, Outcome]]) -> None:
-        by_queue: dict[QueueState, list[tuple[Delivery, Outcome]]] = {}
-        for item in batch:
-            by_queue.setdefault(item[0].queue, []).append(item)
-        if len(by_queue) == 1:
-            ((queue, items),) = by_queue.items()
-            await self._settle_queue(queue, items)
-        else:
-            await asyncio.gather(*(self._settle_queue(q, items) for q, items in by_queue.items()))
-
-    async def _settle_queue(self, queue: QueueState, items: list[tuple[Delivery, Outcome]]) -> None:
-        for start in range(0, len(items), SETTLE_CHUNK):
-            chunk = items[start : start + SETTLE_CHUNK]
-            keys: list[str] = list(queue.settle_keys)
-            args: list[Any] = [GROUP, self._consumer, self._dead_cap]
-            for delivery, o in chunk:
-                if o.op == "o":  # the hot path: a success with nothing to record
-                    args += ("o", delivery.sidx, delivery.entry_id)
-                    continue
-                rk = dk = xk = 0
-                if o.result_key is not None:
-                    keys.append(o.result_key)
-                    rk = len(keys)
-                if o.done_key is not None:
-                    keys.append(o.done_key)
-                    dk = len(keys)
-                if o.dedup_key is not None:
-                    keys.append(o.dedup_key)
-                    xk = len(keys)
-                args += (
-                    o.op,
-                    delivery.sidx,
-                    delivery.entry_id,
-                    o.task_id,
-                    rk,
-                    dk,
-                    xk,
-                    o.record,
-                    o.ttl_ms,
-                    o.a1,
-                    o.a2,
-                    o.dedup_hold_ms,
-                )
-            lost = await SETTLE(self._client, keys, args)
-            if lost:
-                self._lost(chunk, {bytes(x) for x in lost})
-            self._on_settled([d for d, _ in chunk])
-
-    def _lost(self, chunk: list[tuple[Delivery, Outcome]], lost: set[bytes]) -> None:
-        for delivery, outcome in chunk:
-            if delivery.entry_id in lost:
-                self._counters.lost_leases += 1
-                log.warning(
-                    "lost lease: entry %s (%s) is no longer this worker's (another worker claimed "
-                    "it while it ran here, or the server lost it); this worker's outcome (%s) is "
-                    "discarded",
-                    delivery.entry_id.decode(),
-                    outcome.task_id or "unknown task",
-                    outcome.op,
-                )
+        return not self.backlog
 
     def close(self) -> None:
         self._closing = True
         self._wake.set()
+
+    async def _flush(self, chunks: list[_Chunk]) -> list[_Chunk]:
+        """Send every chunk (concurrently when there are several); return the ones to send
+        again."""
+        if len(chunks) == 1:
+            return [] if await self._send(chunks[0]) else chunks
+        done = await asyncio.gather(*(self._send(c) for c in chunks))
+        return [c for c, ok in zip(chunks, done, strict=True) if not ok]
+
+    async def _send(self, chunk: _Chunk) -> bool:
+        """One settle call. True when done (settled, or nothing left to settle)."""
+        entries = [(d.sidx, d.entry_id, o) for d, o in chunk.items]
+        stats = None
+        if self._stats_window is not None:
+            observed = [ob for ob in (observation(d, o) for d, o in chunk.items) if ob is not None]
+            stats = stats_write(chunk.queue.keys, observed, self._stats_window)
+        call = scripts.settle(chunk.queue.keys, self._consumer, self._dead_cap, entries, stats)
+        try:
+            reply = await call.run(self._client)
+        except redis.exceptions.ResponseError as exc:
+            if is_missing_group(exc):
+                # The server lost the streams (restarted empty, flushed): these entries no
+                # longer exist, so there is nothing left to acknowledge.
+                log.warning(
+                    "dropping %d outcomes: their streams were lost by the server (%s)",
+                    len(chunk.items), exc,
+                )  # fmt: skip
+                self._ledger.release(d for d, _ in chunk.items)
+                return True
+            if not is_out_of_memory(exc):
+                raise
+            if not self.server_full:
+                log.warning(
+                    "the server is full (maxmemory reached with noeviction): %d outcomes wait "
+                    "until memory frees; this worker keeps them and retries",
+                    len(chunk.items),
+                )
+            self.server_full = True
+            chunk.resent = True
+            return False
+        except TRANSIENT_ERRORS as exc:
+            # Keep every outcome: they are settled when the server is back.
+            if not chunk.resent:
+                log.warning(
+                    "cannot settle %d entries of queue %s (%s); will retry",
+                    len(chunk.items), chunk.queue.name, exc,
+                )  # fmt: skip
+            chunk.resent = True
+            return False
+        self._report(chunk, reply)
+        self._ledger.release(d for d, _ in chunk.items)
+        return True
+
+    def _report(self, chunk: _Chunk, reply: scripts.SettleReply) -> None:
+        if not reply.taken and not reply.gone:
+            return
+        for delivery, outcome in chunk.items:
+            entry = delivery.entry_id
+            task = outcome.task_id or (delivery.envelope.id if delivery.envelope else "?")
+            owner = reply.taken.get(entry)
+            if owner is not None:
+                self._counters.lost_leases += 1
+                log.warning(
+                    "lost lease: entry %s (task %s) was claimed by %s while it ran here (this "
+                    "worker's lease lapsed); this worker's outcome (%s) is discarded",
+                    entry.decode(), task, owner, outcome.op,
+                )  # fmt: skip
+            elif entry in reply.gone:
+                if chunk.resent:
+                    # An earlier send of this call was carried out; its reply was lost.
+                    log.debug("entry %s was settled by an earlier attempt", entry.decode())
+                else:
+                    self._counters.lost_leases += 1
+                    log.warning(
+                        "entry %s (task %s) is no longer pending: another worker took and "
+                        "finished it after this worker's lease lapsed, or the server lost it; "
+                        "this worker's outcome (%s) is discarded",
+                        entry.decode(), task, outcome.op,
+                    )  # fmt: skip
+
+
+def _chunks(batch: list[Item]) -> list[_Chunk]:
+    by_queue: dict[QueueState, list[Item]] = {}
+    for item in batch:
+        by_queue.setdefault(item[0].queue, []).append(item)
+    out: list[_Chunk] = []
+    for queue, items in by_queue.items():
+        for start in range(0, len(items), SETTLE_CHUNK):
+            out.append(_Chunk(queue, items[start : start + SETTLE_CHUNK]))
+    return out

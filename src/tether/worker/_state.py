@@ -1,9 +1,7 @@
-"""The worker's bookkeeping: queues served, deliveries held, capacity, counters."""
+"""What a worker knows of its queues and deliveries, and what it counts."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,18 +17,20 @@ class QueueState:
     keys: QueueKeys
     name: str = ""
     streams: tuple[str, str, str] = ("", "", "")
-    settle_keys: tuple[str, ...] = ()
-    promote_keys: tuple[str, ...] = ()
     cursors: list[str] = field(default_factory=lambda: ["-", "-", "-"])
     next_due: float | None = None
     """Monotonic time when the earliest delayed task of this queue is due."""
+    paused: bool = False
+    """Paused by an operator: not fetched from (read at each maintenance pass)."""
 
     def __post_init__(self) -> None:
-        k = self.keys
-        self.name = k.queue
-        self.streams = k.streams
-        self.settle_keys = (*k.streams, k.index, k.delayed, k.scheduled_payloads, k.dead)
-        self.promote_keys = (*k.streams, k.index, k.delayed, k.scheduled_payloads)
+        self.name = self.keys.queue
+        self.streams = self.keys.streams
+
+    def note_due(self, when: float) -> None:
+        """A delayed task of this queue falls due at monotonic time ``when``."""
+        if self.next_due is None or when < self.next_due:
+            self.next_due = when
 
 
 @dataclass(slots=True, eq=False)
@@ -48,10 +48,13 @@ class Delivery:
     counted: bool = True
     """This worker raised the delivery count (by fetching it, or by starting a suspect)."""
     started: bool = False
-    indexed: bool = True
-    """The task has an id of its own and an index entry (False for plain enqueues)."""
     envelope: Envelope | None = None
     cancel_requested: bool = False
+    run_ms: float | None = None
+    """How long the task ran (set when it ran), for the statistics."""
+    wait_ms: float | None = None
+    """How long it waited from due to start (set when statistics are on)."""
+    timed_out: bool = False
 
     @property
     def stream(self) -> str:
@@ -62,37 +65,6 @@ class Delivery:
         return (self.queue.streams[self.sidx - 1], self.entry_id)
 
 
-class Capacity:
-    """The ``max_pending`` bound: entries delivered here and not yet acknowledged."""
-
-    __slots__ = ("_freed", "limit", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._freed = asyncio.Event()
-
-    @property
-    def free(self) -> int:
-        return self.limit - self.used
-
-    def take(self, n: int) -> None:
-        self.used += n
-
-    def release(self, n: int) -> None:
-        if n:
-            self.used -= n
-            self._freed.set()
-
-    async def wait_for_free(self, timeout: float) -> None:
-        """Wait until a slot is free, or ``timeout`` seconds passed."""
-        if self.free > 0:
-            return
-        self._freed.clear()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._freed.wait(), max(timeout, 0.001))
-
-
 @dataclass
 class WorkerCounters:
     """What one worker did since it started. Read ``worker.counters``; logged at shutdown."""
@@ -100,9 +72,14 @@ class WorkerCounters:
     fetched: int = 0
     succeeded: int = 0
     failed: int = 0
+    """Tasks that failed for good (they go to the dead-letter stream, status 'failed')."""
     retried: int = 0
+    timed_out: int = 0
+    """Attempts that ran past their timeout (also counted as failed or retried)."""
     cancelled: int = 0
     dead_lettered: int = 0
+    """Every entry this worker wrote to the dead-letter stream: failed tasks, malformed
+    entries, unknown tasks, quarantined entries."""
     claimed: int = 0
     """Entries taken over from consumers whose lease had expired, or from 'abandoned'."""
     handed_off: int = 0
@@ -115,6 +92,8 @@ class WorkerCounters:
     """Renewals that found this worker's lease already expired."""
     pruned_consumers: int = 0
     promoted: int = 0
+    reconnects: int = 0
+    """Times the worker lost the connection to the server and got it back."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

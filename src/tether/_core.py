@@ -1,0 +1,184 @@
+"""What every part of Tether shares: settings, the connection, keys, the serializer, the
+middleware and the task registry.
+
+The :class:`~tether.Tether` facade is a :class:`Core` with the declaring and composing methods
+on top; the parts (tasks, handles, workers, the scheduler, dead letters) depend on this module
+and never on the facade, so no import runs back up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._envelope import JsonSerializer, Serializer
+from ._errors import ConfigError, NotOpen
+from ._keys import QueueKeys
+from ._middleware import Middleware
+from ._redis import (
+    AsyncClient,
+    SyncClient,
+    Target,
+    async_client,
+    close_async,
+    close_sync,
+    parse_url,
+    sync_client,
+)
+from ._settings import AppSettings
+
+if TYPE_CHECKING:
+    from ._task import Task
+    from .scheduler._schedule import Schedule
+
+DEFAULT_URL = "redis://localhost:6379/0"
+
+log = logging.getLogger("tether")
+
+
+class Core:
+    """Settings, connections and registries of an app. Use :class:`~tether.Tether`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str | None = None,
+        serializer: Serializer | None = None,
+        result_ttl: float | timedelta = 3600.0,
+        dead_letter_maxlen: int = 10_000,
+        socket_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        enqueue_replicas: int = 0,
+        enqueue_replicas_timeout: float = 1.0,
+        stats: bool = True,
+        stats_window: float | timedelta = 24 * 3600.0,
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
+        if isinstance(result_ttl, timedelta):
+            result_ttl = result_ttl.total_seconds()
+        if isinstance(stats_window, timedelta):
+            stats_window = stats_window.total_seconds()
+        env_url = os.environ.get("TETHER_URL")
+        self.url_source = "code" if url else "TETHER_URL" if env_url else "default"
+        """Where the URL came from: 'code', 'TETHER_URL', 'default' or 'override'."""
+        self.settings = AppSettings(
+            url=url or env_url or DEFAULT_URL,
+            namespace=namespace or os.environ.get("TETHER_NAMESPACE") or "tether",
+            result_ttl=result_ttl,
+            dead_letter_maxlen=dead_letter_maxlen,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            enqueue_replicas=enqueue_replicas,
+            enqueue_replicas_timeout=enqueue_replicas_timeout,
+            stats=stats,
+            stats_window=stats_window,
+        )
+        self.target: Target = parse_url(self.settings.url)
+        self.serializer: Serializer = serializer or JsonSerializer()
+        self.middleware: tuple[Middleware, ...] = tuple(middleware)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        """Registered tasks by name."""
+        self.declared_schedules: list[Schedule] = []
+        self._keys: dict[str, QueueKeys] = {}
+        self._client: AsyncClient | None = None
+        self._sync_client: SyncClient | None = None
+        self._sync_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.target.redacted} namespace={self.namespace!r}>"
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    def configure(self, *, url: str | None = None, namespace: str | None = None) -> None:
+        """Point a closed app at another server or namespace (an explicit ``--url`` or
+        ``--namespace`` given to the CLI wins over the values in code)."""
+        if self._client is not None or self._sync_client is not None:
+            raise ConfigError("configure() needs a closed app: call it before `async with app`")
+        changes: dict[str, Any] = {}
+        if url is not None:
+            changes["url"] = url
+        if namespace is not None:
+            changes["namespace"] = namespace
+        if not changes:
+            return
+        settings = replace(self.settings, **changes)
+        self.target = parse_url(settings.url)
+        self.settings = settings
+        if url is not None:
+            self.url_source = "override"
+        self._keys.clear()
+        for task in self.tasks.values():
+            task.forget_plan()
+
+    def keys(self, queue: str) -> QueueKeys:
+        """Every key of ``queue``, computed once."""
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = QueueKeys.of(self.namespace, queue)
+        return keys
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        self.middleware = (*self.middleware, middleware)
+
+    # -- the asyncio connection -------------------------------------------------------
+
+    async def open(self) -> Any:
+        """Open the connection (lazily connected). ``async with app:`` does this for you."""
+        if self._client is None:
+            self._client = async_client(
+                self.target,
+                socket_timeout=self.settings.socket_timeout,
+                connect_timeout=self.settings.connect_timeout,
+            )
+        return self
+
+    async def close(self) -> None:
+        """Close the asyncio connection and, if one was opened, the synchronous one."""
+        client, self._client = self._client, None
+        if client is not None:
+            await close_async(client)
+        self.close_sync()
+
+    @property
+    def client(self) -> AsyncClient:
+        """The open asyncio client; raises :class:`NotOpen` outside ``async with app``."""
+        if self._client is None:
+            raise NotOpen("the Tether app is not open: use `async with app:` or `await app.open()`")
+        return self._client
+
+    @property
+    def is_open(self) -> bool:
+        return self._client is not None
+
+    # -- the synchronous connection ---------------------------------------------------
+
+    @property
+    def sync_client(self) -> SyncClient:
+        """A blocking client with a thread-safe connection pool, opened at first use; the
+        ``*_sync`` methods of tasks and handles use it. :meth:`close_sync` closes it."""
+        client = self._sync_client
+        if client is None:
+            with self._sync_lock:
+                client = self._sync_client
+                if client is None:
+                    client = self._sync_client = sync_client(
+                        self.target,
+                        socket_timeout=self.settings.socket_timeout,
+                        connect_timeout=self.settings.connect_timeout,
+                        retries=3,
+                    )
+        return client
+
+    def close_sync(self) -> None:
+        with self._sync_lock:
+            client, self._sync_client = self._sync_client, None
+        if client is not None:
+            close_sync(client)
