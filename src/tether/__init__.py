@@ -10,6 +10,7 @@ async def add(x: int, y: int) -> int:
 """
 
 from ._app import Tether
+from ._config import Backoff
 from ._context import TaskContext, current_task
 from ._envelope import JsonSerializer, Serializer
 from ._errors import (
@@ -29,7 +30,7 @@ from ._handle import TaskHandle
 from ._middleware import Middleware
 from ._settings import PRIORITIES, WorkerSettings
 from ._status import CancelResult, TaskStatus
-from ._task import Backoff, Task, TaskCall
+from ._task import Task, TaskCall
 from ._version import __version__
 from .worker import Worker, WorkerCounters
 

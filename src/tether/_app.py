@@ -14,17 +14,18 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from typing_extensions import Self
 
+from ._config import Backoff, TaskConfig
 from ._core import DEFAULT_URL, Core
 from ._errors import ConfigError
 from ._handle import TaskHandle
 from ._keys import queue_of_task_id
 from ._settings import WorkerSettings, check_name, check_priority
-from ._task import Backoff, P, R, Task, TaskConfig, default_task_name
+from ._task import P, R, Task, default_task_name
 
 if TYPE_CHECKING:
+    from ._schedule import Missed
     from .dead import DeadLetters
     from .scheduler import Scheduler, Schedules
-    from .scheduler._schedule import Missed
     from .worker import Worker
 
 __all__ = ["DEFAULT_URL", "Tether"]
@@ -139,7 +140,7 @@ class Tether(Core):
         runs it checks the arguments; a task it does not know goes to the dead letters. A
         task registered in this app is returned as it is (and its arguments are checked)."""
         registered = self.tasks.get(name)
-        if registered is not None:
+        if isinstance(registered, Task):
             return registered
         if not isinstance(name, str) or not name:
             raise ConfigError(f"task name {name!r} must be a non-empty string")

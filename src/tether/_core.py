@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._envelope import JsonSerializer, Serializer
 from ._errors import ConfigError, NotOpen
@@ -33,12 +33,34 @@ from ._redis import (
 from ._settings import AppSettings
 
 if TYPE_CHECKING:
-    from ._task import Task
-    from .scheduler._schedule import Schedule
+    import inspect
+    from collections.abc import Callable
+
+    from ._config import TaskConfig
+    from ._schedule import Schedule
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
 log = logging.getLogger("tether")
+
+
+class RegisteredTask(Protocol):
+    """What the parts need of a registered task (a :class:`~tether.Task` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fn(self) -> Callable[..., Any] | None: ...
+
+    @property
+    def config(self) -> TaskConfig: ...
+
+    @property
+    def is_async(self) -> bool: ...
+
+    @property
+    def signature(self) -> inspect.Signature | None: ...
 
 
 class Core:
@@ -82,10 +104,12 @@ class Core:
         self.target: Target = parse_url(self.settings.url)
         self.serializer: Serializer = serializer or JsonSerializer()
         self.middleware: tuple[Middleware, ...] = tuple(middleware)
-        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.tasks: dict[str, RegisteredTask] = {}
         """Registered tasks by name."""
         self.declared_schedules: list[Schedule] = []
         self._keys: dict[str, QueueKeys] = {}
+        self.generation = 0
+        """Raised by :meth:`configure`: cached enqueue plans are stale."""
         self._client: AsyncClient | None = None
         self._sync_client: SyncClient | None = None
         self._sync_lock = threading.Lock()
@@ -115,8 +139,8 @@ class Core:
         if url is not None:
             self.url_source = "override"
         self._keys.clear()
-        for task in self.tasks.values():
-            task.forget_plan()
+        # Tasks compute their enqueue plan (keys included) again at their next enqueue.
+        self.generation += 1
 
     def keys(self, queue: str) -> QueueKeys:
         """Every key of ``queue``, computed once."""

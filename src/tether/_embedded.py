@@ -142,7 +142,8 @@ class EmbeddedServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+                # A server with a password answers, and asks for it: it is up.
+                return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 

@@ -12,13 +12,13 @@ from .._enqueue import Plan, enqueue
 from .._errors import ConfigError
 from .._keys import scheduler_tag
 from .._redis import text
-from ._schedule import Missed, Schedule
+from .._schedule import Missed, Schedule
+from .._task import Task
 
 if TYPE_CHECKING:
     from .._core import Core
     from .._handle import TaskHandle
     from .._redis import AsyncClient
-    from .._task import Task
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,6 @@ class Schedules:
         run_at_startup: bool = False,
         grace: float = 5.0,
     ) -> Schedule:
-        from .._task import Task
 
         if not isinstance(task, Task):
             raise ConfigError(
@@ -152,7 +151,7 @@ class Schedules:
         """Enqueue a run now, outside the schedule's ticks."""
         schedule = await self._get(name)
         task = self.app.tasks.get(schedule.task)
-        if task is None:
+        if not isinstance(task, Task):
             raise ConfigError(f"schedule {name!r} names task {schedule.task!r}, unknown here")
         bound = task.options(queue=schedule.queue, priority=schedule.priority)
         # Through this app (the one the caller opened), whichever app declared the task.

@@ -29,7 +29,7 @@ from ._control import SchedulerKeys, load_runtime
 if TYPE_CHECKING:
     from .._core import Core
     from .._redis import AsyncClient
-    from ._schedule import Schedule
+    from .._schedule import Schedule
 
 log = logging.getLogger("tether.scheduler")
 

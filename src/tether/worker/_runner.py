@@ -36,9 +36,8 @@ from ._outcome import Outcome, Target, error_fields
 from ._stats import Observation
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from .._core import Core, RegisteredTask
     from .._redis import AsyncClient
-    from .._task import Task
     from ._ledger import Ledger
     from ._state import Delivery, WorkerCounters
 
@@ -274,7 +273,7 @@ class Runner:
 
     async def _resolve(
         self, delivery: Delivery
-    ) -> tuple[Envelope, Task[Any, Any], Target] | Outcome:
+    ) -> tuple[Envelope, RegisteredTask, Target] | Outcome:
         """Decode the entry and find its task, or the dead-letter outcome saying why not."""
         try:
             env = Envelope.decode(delivery.payload, self.app.serializer)
@@ -338,7 +337,7 @@ class Runner:
         return True, None
 
     async def _call(
-        self, delivery: Delivery, task: Task[Any, Any], env: Envelope, timeout: float | None
+        self, delivery: Delivery, task: RegisteredTask, env: Envelope, timeout: float | None
     ) -> tuple[Any, bool]:
         """Call the task's function; returns its value and whether its slot is free."""
         if not task.is_async:
@@ -350,7 +349,7 @@ class Runner:
         return await _with_timeout(coro, timeout), True
 
     async def _run_sync(
-        self, delivery: Delivery, task: Task[Any, Any], env: Envelope, timeout: float | None
+        self, delivery: Delivery, task: RegisteredTask, env: Envelope, timeout: float | None
     ) -> tuple[Any, bool]:
         assert task.fn is not None
         ctx = contextvars.copy_context()
@@ -369,7 +368,7 @@ class Runner:
 
     # -- outcomes -----------------------------------------------------------------------
 
-    def _ttl_ms(self, task: Task[Any, Any] | None) -> int:
+    def _ttl_ms(self, task: RegisteredTask | None) -> int:
         if task is not None and task.config.result_ttl is not None:
             return int(task.config.result_ttl * 1000)
         return self._default_result_ttl_ms
@@ -378,7 +377,7 @@ class Runner:
         self,
         delivery: Delivery,
         env: Envelope,
-        task: Task[Any, Any],
+        task: RegisteredTask,
         target: Target,
         ctx: LazyContext,
         exc: Exception,

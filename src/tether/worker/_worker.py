@@ -83,6 +83,7 @@ class Worker:
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
         self._aborted = False
+        self._abort_event: asyncio.Event | None = None
         self._last_tick = time.monotonic()
         self._started = False
         self._started_ms = 0
@@ -102,6 +103,8 @@ class Worker:
     def abort(self) -> None:
         """Stop at once: no grace for running tasks (they are cancelled and handed off)."""
         self._aborted = True
+        if self._abort_event is not None:
+            self._abort_event.set()
         self.stop()
 
     @property
@@ -144,8 +147,11 @@ class Worker:
         self._started_ms = int(time.time() * 1000)
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        self._abort_event = asyncio.Event()
         if self._stopping:
             self._stop_event.set()
+        if self._aborted:
+            self._abort_event.set()
         installed = self._install_signals()
         app = self.app
         self._client: AsyncClient = async_client(
@@ -165,18 +171,23 @@ class Worker:
             await self._serve()
         finally:
             await self._finish()
-            for sig in installed:
+            for sig, previous in installed:
                 self._loop.remove_signal_handler(sig)
+                # remove_signal_handler puts Python's default back; put back what was there
+                # (asyncio.run's own SIGINT handler, for one).
+                if previous is not None:
+                    signal.signal(sig, previous)
 
     # -- start --------------------------------------------------------------------------
 
-    def _install_signals(self) -> list[signal.Signals]:
+    def _install_signals(self) -> list[tuple[signal.Signals, Any]]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
             return []
         installed = []
         for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
             self._loop.add_signal_handler(sig, self._on_signal, sig)
-            installed.append(sig)
+            installed.append((sig, previous))
         return installed
 
     def _on_signal(self, sig: signal.Signals) -> None:
@@ -456,12 +467,23 @@ class Worker:
             grace = 0.0 if self._aborted else s.shutdown_grace
             if grace:
                 log.info("waiting up to %.1fs for %d running tasks", grace, runner.busy)
-            if not await runner.wait_idle(grace):
+            if not await self._wait_idle_unless_aborted(grace):
                 stuck = runner.cancel_running()
                 await asyncio.sleep(0)
                 await self._hand_off(stuck, "still running when the shutdown grace ended")
         await self._settler.drain(timeout=max(5.0, s.heartbeat_ttl))
         await self._hand_off_leftovers()
+
+    async def _wait_idle_unless_aborted(self, grace: float) -> bool:
+        assert self._abort_event is not None
+        idle = asyncio.create_task(self._runner.wait_idle(grace))
+        abort = asyncio.create_task(self._abort_event.wait())
+        await asyncio.wait([idle, abort], return_when=asyncio.FIRST_COMPLETED)
+        abort.cancel()
+        if not idle.done():
+            idle.cancel()
+            return False
+        return idle.result()
 
     async def _hand_off(self, deliveries: list[Delivery], what: str) -> None:
         if not deliveries:

@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from .._errors import ConfigError
-from .._settings import PRIORITIES, check_name
+from ._errors import ConfigError
+from ._settings import PRIORITIES, check_name
 
 Missed = Literal["skip", "latest", "catchup"]
 MISSED_POLICIES: tuple[str, ...] = ("skip", "latest", "catchup")
