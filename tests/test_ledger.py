@@ -22,10 +22,15 @@ def test_a_failed_read_gives_its_reservation_back() -> None:
     """A claim or fetch that raises (a cut connection) must not keep its slots: repeated
     outages used to shrink a worker to zero capacity."""
     ledger = Ledger(4)
-    for _ in range(10):
-        with pytest.raises(ConnectionError), ledger.reserve(ledger.free) as taken:
+
+    def claim_cut_mid_way() -> None:
+        with ledger.reserve(ledger.free) as taken:
             assert taken == 4 and ledger.free == 0
             raise ConnectionError("cut mid-claim")
+
+    for _ in range(10):
+        with pytest.raises(ConnectionError):
+            claim_cut_mid_way()
     assert ledger.free == 4 and ledger.reserved == 0
 
 

@@ -99,7 +99,6 @@ async def test_cancelling_a_running_sync_task_says_it_cannot_be_cancelled(
 
     handle = await blocking.enqueue(30)
     async with running_worker(app):
-        await eventually(lambda: handle.status(), timeout=5)
         await eventually(
             lambda: _is_running(handle.status()),
             timeout=5,
@@ -166,9 +165,13 @@ async def test_enqueue_on_a_full_server_raises_a_clear_error(
     ).start()
     try:
         filler = redis.Redis.from_url(proc.url)
-        with pytest.raises(redis.exceptions.OutOfMemoryError):
+
+        def fill() -> None:
             for i in range(10_000):
                 filler.set(f"fill:{i}", b"x" * 10_000)
+
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            fill()
         app = Tether(proc.url, namespace=namespace)
 
         @app.task
@@ -190,9 +193,7 @@ async def test_enqueue_on_a_full_server_raises_a_clear_error(
 # -- failures that used to hide ----------------------------------------------------------
 
 
-async def test_a_result_that_cannot_be_stored_is_a_failure(
-    app: Tether, rds: redis.Redis
-) -> None:
+async def test_a_result_that_cannot_be_stored_is_a_failure(app: Tether, rds: redis.Redis) -> None:
     """It used to be counted as a success, with no warning and no dead letter."""
 
     @app.task
