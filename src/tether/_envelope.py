@@ -79,9 +79,13 @@ class Envelope:
     options: dict[str, Any] = field(default_factory=dict)
     due_ms: int | None = None
     headers: dict[str, str] | None = None
+    extra: dict[str, Any] | None = None
+    """Fields this release does not know (from a newer producer, or an integration such as
+    the taskiq broker): kept as they are when the envelope is written again."""
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"v": ENVELOPE_VERSION, "task": self.task, "args": self.args}
+        out: dict[str, Any] = dict(self.extra) if self.extra else {}
+        out.update({"v": ENVELOPE_VERSION, "task": self.task, "args": self.args})
         if self.kwargs:
             out["kwargs"] = self.kwargs
         if self.id:
@@ -142,6 +146,7 @@ class Envelope:
                 options=raw.get("opts") or {},
                 due_ms=raw.get("due"),
                 headers=raw.get("hdr") or None,
+                extra={k: v for k, v in raw.items() if k not in _KNOWN} or None,
             )
         except KeyError as exc:
             raise BadEnvelope(
@@ -169,6 +174,9 @@ class Envelope:
         if problem:
             raise BadEnvelope(f"the envelope is malformed: {problem}", task_id, task)
         return env
+
+
+_KNOWN = frozenset({"v", "task", "args", "kwargs", "id", "try", "opts", "enq", "due", "hdr"})
 
 
 def _is_int(value: object) -> bool:
