@@ -272,3 +272,44 @@ async def test_sentinel_enqueue_run_and_failover(sentinel: LocalSentinel, namesp
                     assert time.monotonic() < deadline
                     await asyncio.sleep(0.2)
             assert await second.result(timeout=20) == 2
+
+
+async def test_replica_waits_on_a_cluster_reuse_the_script_and_survive_a_failing_one(
+    cluster: LocalCluster, namespace: str, crds: Any
+) -> None:
+    """enqueue_replicas on a Cluster used to send the whole script text on every call, and a
+    failing script left its WAIT reply unread on a pooled connection, where the next call
+    read it as its own."""
+    app = Tether(cluster.url, namespace=namespace, enqueue_replicas=1)
+
+    @app.task
+    async def job(i: int) -> int:
+        return i
+
+    keys = QueueKeys.of(namespace, "default")
+    master = cluster.master_for_key(keys.tag)
+    node = sync_client(
+        parse_url(f"redis://127.0.0.1:{master.port}/0"), socket_timeout=5, connect_timeout=5
+    )
+    try:
+        node.execute_command("SCRIPT", "FLUSH")
+        node.execute_command("CONFIG", "RESETSTAT")
+        async with app:
+            first = await job.options(key="k").enqueue(1)  # the script path, after a flush
+            for i in range(20):
+                await job.options(key=f"k{i}").enqueue(i)
+            stats = node.info("commandstats")
+            assert stats.get("cmdstat_eval", {}).get("calls", 0) <= 1
+            assert stats["cmdstat_evalsha"]["calls"] >= 20
+            # A script that fails on the server: the dedup key holds a list, not a string.
+            crds.rpush(keys.dedup("broken"), "x")
+            with pytest.raises(Exception, match="WRONGTYPE"):
+                await job.options(key="broken").enqueue(0)
+            # The pooled connections read their own replies afterwards.
+            handles = [await job.options(key=f"after{i}").enqueue(i) for i in range(10)]
+            assert len({h.id for h in handles}) == 10 and not any(h.duplicate for h in handles)
+            async with running_worker(app):
+                assert await first.result(timeout=20) == 1
+                assert [await h.result(timeout=20) for h in handles] == list(range(10))
+    finally:
+        node.close()
