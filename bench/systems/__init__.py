@@ -41,6 +41,13 @@ SPECS: dict[str, Spec] = {
     spec.name: spec
     for spec in (
         Spec("tether", "Tether", "bench.systems.tether", peer=False),
+        Spec(
+            "tether-nostats",
+            "Tether, statistics off",
+            "bench.systems.tether_nostats",
+            full=False,
+            peer=False,
+        ),
         Spec("floor", "floor (bare redis-py)", "bench.systems.floor", peer=False),
         Spec(
             "taskiq-redis",

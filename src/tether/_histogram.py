@@ -3,12 +3,12 @@ dashboard, metrics).
 
 Each queue has a hash per minute and per hour (``QueueKeys.stats_minute/stats_hour``) of
 counters, written by the settle script in the same call as the acks. Fields are
-``<task>|<name>``, and ``*|<name>`` sums every task of the queue:
+``<task>|<name>`` (a reader sums the tasks for queue-wide figures):
 
 - outcome counts: ``ok``, ``fail``, ``retry``, ``dead``, ``cancel``, and ``timeout`` (attempts
   that ran past their timeout, also counted as ``fail`` or ``retry``);
 - run time (start to end) and wait time (due to start) histograms: ``r<b>`` and ``w<b>`` count
-  the attempts in bucket ``b`` (see :func:`bucket`), ``rs`` and ``ws`` sum the milliseconds.
+  the attempts in bucket ``b`` (see :func:`bucket`).
 
 Buckets are log-spaced, two per doubling: bucket 0 holds times under 1 ms, bucket ``b >= 1``
 holds [2^((b-1)/2), 2^(b/2)) ms, up to :data:`MAX_BUCKET` (about 12 days). A percentile read
@@ -22,8 +22,6 @@ from collections.abc import Mapping
 
 OUTCOMES: tuple[str, ...] = ("ok", "fail", "retry", "dead", "cancel", "timeout")
 MAX_BUCKET = 60
-ALL = "*"
-"""The pseudo task name of queue-wide sums."""
 
 
 def bucket(ms: float) -> int:

@@ -18,7 +18,7 @@ KEYS[10..]  result, done and dedup keys named by the entries
 ARGV[1]     group
 ARGV[2]     consumer
 ARGV[3]     dead-letter stream cap (approximate MAXLEN)
-ARGV[4]     ttl ms of the minute hash     ARGV[5]  ttl ms of the hour hash
+ARGV[4]     ttl ms of the minute hash     ARGV[5]  ttl ms of the hour hash (0: it has one)
 ARGV[6]     s, the number of statistics increments; then s pairs: field, amount. They are
             the whole batch's, summed by the worker, and applied to both hashes only if
             this call settles at least one entry (so a call sent again after a lost reply
@@ -134,7 +134,7 @@ if settled > 0 and nstats > 0 then
     redis.call('HINCRBY', KEYS[8], ARGV[i], ARGV[i + 1])
     redis.call('HINCRBY', KEYS[9], ARGV[i], ARGV[i + 1])
   end
-  redis.call('PEXPIRE', KEYS[8], ARGV[4])
-  redis.call('PEXPIRE', KEYS[9], ARGV[5])
+  if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[8], ARGV[4]) end
+  if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[9], ARGV[5]) end
 end
 return {taken, gone, settled}

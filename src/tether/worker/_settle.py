@@ -21,7 +21,7 @@ import redis.exceptions
 from .. import scripts
 from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory
 from ._runner import observation
-from ._stats import stats_write
+from ._stats import StatsKeys
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,7 +67,7 @@ class Settler:
         self._dead_cap = dead_letter_maxlen
         self._counters = counters
         self._retry_delay = retry_delay
-        self._stats_window = stats_window
+        self._stats = None if stats_window is None else StatsKeys(stats_window)
         self._pending: list[Item] = []
         self._retrying: list[_Chunk] = []
         self._wake = asyncio.Event()
@@ -138,9 +138,9 @@ class Settler:
         """One settle call. True when done (settled, or nothing left to settle)."""
         entries = [(d.sidx, d.entry_id, o) for d, o in chunk.items]
         stats = None
-        if self._stats_window is not None:
+        if self._stats is not None:
             observed = [ob for ob in (observation(d, o) for d, o in chunk.items) if ob is not None]
-            stats = stats_write(chunk.queue.keys, observed, self._stats_window)
+            stats = self._stats.write(chunk.queue.keys, observed)
         call = scripts.settle(chunk.queue.keys, self._consumer, self._dead_cap, entries, stats)
         try:
             reply = await call.run(self._client)
@@ -176,6 +176,8 @@ class Settler:
             return False
         self._report(chunk, reply)
         self._ledger.release(d for d, _ in chunk.items)
+        if stats is not None and self._stats is not None and reply.settled:
+            self._stats.written(stats)
         return True
 
     def _report(self, chunk: _Chunk, reply: scripts.SettleReply) -> None:

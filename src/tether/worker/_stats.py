@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from .._histogram import ALL, bucket
+from .._histogram import bucket
 from .._keys import QueueKeys
 from ..scripts._calls import StatsWrite
 
@@ -26,29 +26,39 @@ class Observation:
         self.timed_out = timed_out
 
 
-def stats_write(
-    keys: QueueKeys, observations: list[Observation], window_s: float
-) -> StatsWrite | None:
-    """The increments of a batch, summed per field, for this minute's and hour's hashes."""
-    if not observations:
-        return None
-    counts: Counter[str] = Counter()
-    for o in observations:
-        for task in (o.task, ALL):
+class StatsKeys:
+    """Which statistics hashes this worker has already given their expiry: each gets it
+    once (with its first successful write), not with every batch."""
+
+    def __init__(self, window_s: float) -> None:
+        self.ttl_ms = int(window_s * 1000) + 3_600_000
+        self._expiring: set[str] = set()
+
+    def write(self, keys: QueueKeys, observations: list[Observation]) -> StatsWrite | None:
+        """The increments of a batch, summed per field, for this minute's and hour's hashes."""
+        if not observations:
+            return None
+        counts: Counter[str] = Counter()
+        for o in observations:
+            task = o.task
             counts[f"{task}|{o.outcome}"] += 1
             if o.timed_out:
                 counts[f"{task}|timeout"] += 1
             counts[f"{task}|r{bucket(o.run_ms)}"] += 1
-            counts[f"{task}|rs"] += round(o.run_ms)
             if o.wait_ms is not None:
                 counts[f"{task}|w{bucket(o.wait_ms)}"] += 1
-                counts[f"{task}|ws"] += round(o.wait_ms)
-    now = time.time()
-    ttl_ms = int(window_s * 1000) + 3_600_000
-    return StatsWrite(
-        keys.stats_minute(int(now // 60)),
-        keys.stats_hour(int(now // 3600)),
-        ttl_ms,
-        ttl_ms,
-        sorted(counts.items()),
-    )
+        now = time.time()
+        minute, hour = keys.stats_minute(int(now // 60)), keys.stats_hour(int(now // 3600))
+        return StatsWrite(
+            minute,
+            hour,
+            0 if minute in self._expiring else self.ttl_ms,
+            0 if hour in self._expiring else self.ttl_ms,
+            sorted(counts.items()),
+        )
+
+    def written(self, stats: StatsWrite) -> None:
+        """The write landed: its hashes expire now."""
+        if len(self._expiring) > 1000:  # old minutes and hours: forget them
+            self._expiring.clear()
+        self._expiring.update((stats.minute_key, stats.hour_key))
