@@ -1,0 +1,1 @@
+"""Integrations with other frameworks; each lives behind its own extra."""
