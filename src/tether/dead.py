@@ -8,6 +8,7 @@ killed too many workers (``dead``: quarantined). The stream is capped at the app
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,6 +22,20 @@ from .scripts import dead_retry
 
 if TYPE_CHECKING:
     from ._core import Core
+
+_ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+
+def check_entry_id(entry_id: str) -> str:
+    """A stream entry id (``1700000000000-0``), or a ConfigError naming the bad value."""
+    from ._errors import ConfigError
+
+    if not isinstance(entry_id, str) or not _ENTRY_ID.match(entry_id):
+        raise ConfigError(
+            f"{entry_id!r} is not a dead-letter entry id (expected millis-seq, for example "
+            "1700000000000-0; `tether dead list` shows them)"
+        )
+    return entry_id
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,7 @@ class DeadLetters:
         return [self._parse(entry_id, fields) for entry_id, fields in rows]
 
     async def show(self, entry_id: str) -> DeadLetter:
+        check_entry_id(entry_id)
         rows: Any = await self.app.client.xrange(self.keys.dead, entry_id, entry_id)
         if not rows:
             raise TaskNotFound(f"no dead-letter entry {entry_id} in queue {self.queue!r}")
@@ -109,6 +125,8 @@ class DeadLetters:
             return n
         if not entry_ids:
             return 0
+        for entry_id in entry_ids:
+            check_entry_id(entry_id)
         return int(await client.xdel(self.keys.dead, *entry_ids))
 
     def _parse(self, entry_id: Any, fields: dict[bytes, bytes]) -> DeadLetter:

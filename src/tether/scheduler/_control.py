@@ -27,11 +27,15 @@ class SchedulerKeys:
     definitions: str
     paused: str
     version: str
+    errors: str
+    """schedule name -> the last error firing it met (cleared by its next successful tick)"""
 
     @classmethod
     def of(cls, namespace: str) -> SchedulerKeys:
         tag = scheduler_tag(namespace)
-        return cls(f"{tag}:leader", f"{tag}:defs", f"{tag}:paused", f"{tag}:version")
+        return cls(
+            f"{tag}:leader", f"{tag}:defs", f"{tag}:paused", f"{tag}:version", f"{tag}:errors"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,21 +50,34 @@ class ScheduleInfo:
     last_run: datetime | None
     last_task_id: str | None
     last_outcome: str | None
+    error: str | None = None
+    """The last error the scheduler met firing it, until a tick succeeds again."""
+
+
+@dataclass(frozen=True)
+class RuntimeSchedules:
+    """What Redis holds for schedules added at runtime."""
+
+    schedules: list[Schedule]
+    paused: set[str]
+    invalid: dict[str, str]
+    """name -> why its stored definition cannot be used (it is not run)"""
 
 
 async def load_runtime(
     app: Core, keys: SchedulerKeys, client: AsyncClient | None = None
-) -> tuple[list[Schedule], set[str]]:
+) -> RuntimeSchedules:
     client = client if client is not None else app.client
     raw: Any = await client.hgetall(keys.definitions)
     schedules = []
-    for value in raw.values():
+    invalid: dict[str, str] = {}
+    for name, value in raw.items():
         try:
             schedules.append(Schedule.from_json(value))
-        except (ConfigError, ValueError, TypeError):
-            continue
+        except (ConfigError, ValueError, TypeError, KeyError) as exc:
+            invalid[text(name)] = f"invalid definition: {type(exc).__name__}: {exc}"
     paused: Any = await client.smembers(keys.paused)
-    return schedules, {text(p) for p in paused}
+    return RuntimeSchedules(schedules, {text(p) for p in paused}, invalid)
 
 
 class Schedules:
@@ -133,6 +150,7 @@ class Schedules:
         client = self.app.client
         removed = bool(await client.hdel(self.keys.definitions, name))
         await client.srem(self.keys.paused, name)
+        await client.hdel(self.keys.errors, name)
         await client.incr(self.keys.version)
         return removed
 
@@ -165,7 +183,7 @@ class Schedules:
         return None if raw is None else text(raw)
 
     async def all(self) -> list[Schedule]:
-        runtime, _ = await load_runtime(self.app, self.keys)
+        runtime = (await load_runtime(self.app, self.keys)).schedules
         declared = list(self.app.declared_schedules)
         names = {s.name for s in declared}
         return declared + [s for s in runtime if s.name not in names]
@@ -177,7 +195,9 @@ class Schedules:
         now = now or datetime.now(timezone.utc)
         now_ms = int(now.timestamp() * 1000)
         declared = {s.name for s in self.app.declared_schedules}
-        _, paused = await load_runtime(self.app, self.keys)
+        paused = (await load_runtime(self.app, self.keys)).paused
+        raw_errors: Any = await self.app.client.hgetall(self.keys.errors)
+        errors = {text(k): text(v) for k, v in raw_errors.items()}
         out: list[ScheduleInfo] = []
         for schedule in await self.all():
             raw: Any = await self.app.client.hget(
@@ -204,9 +224,14 @@ class Schedules:
                     last_run=_dt(last_tick) if last_id else None,
                     last_task_id=last_id,
                     last_outcome=outcome,
+                    error=errors.get(schedule.name),
                 )
             )
         return out
+
+    async def invalid(self) -> dict[str, str]:
+        """Runtime schedules whose stored definition cannot be used: name -> why."""
+        return (await load_runtime(self.app, self.keys)).invalid
 
     async def _get(self, name: str) -> Schedule:
         for schedule in await self.all():
@@ -230,4 +255,5 @@ def describe(info: ScheduleInfo) -> dict[str, Any]:
         "last_run": info.last_run.isoformat() if info.last_run else None,
         "last_task_id": info.last_task_id,
         "last_outcome": info.last_outcome,
+        "error": info.error,
     }

@@ -68,6 +68,9 @@ class Scheduler:
         self._paused: set[str] = set()
         self._markers: dict[str, int | None] = {}
         self._next: dict[str, int] = {}
+        # What has been logged as broken (name -> reason), so each problem is logged once
+        # and cleared when the schedule works again.
+        self._reported: dict[str, str] = {}
         self.fired = 0
 
     @property
@@ -127,6 +130,9 @@ class Scheduler:
             self._version = b"-"  # reload everything and re-read the markers
             self._markers.clear()
             self._next.clear()
+            # Problems recorded by an earlier leader are cleared by this one when they heal.
+            recorded: Any = await self.client.hgetall(self.keys.errors)
+            self._reported = {text(k): text(v) for k, v in recorded.items()}
         elif not leads and self.is_leader:
             self._lose("another instance holds the leadership")
         self.is_leader = leads
@@ -142,11 +148,13 @@ class Scheduler:
         version: Any = await self.client.get(self.keys.version)
         if version == self._version:
             return
-        runtime, paused = await load_runtime(self.app, self.keys, self.client)
+        runtime = await load_runtime(self.app, self.keys, self.client)
+        for name, reason in runtime.invalid.items():
+            await self._report(name, reason)
         declared = list(self.app.declared_schedules)
         names = {s.name for s in declared}
-        self._schedules = declared + [s for s in runtime if s.name not in names]
-        self._paused = paused
+        self._schedules = declared + [s for s in runtime.schedules if s.name not in names]
+        self._paused = runtime.paused
         self._version = version
         self._next.clear()
 
@@ -156,12 +164,33 @@ class Scheduler:
         for schedule in self._schedules:
             if now_ms < self._next.get(schedule.name, 0):
                 continue
-            if schedule.name not in self._markers:
-                self._markers[schedule.name] = await self._read_marker(schedule)
-            await self._handle(schedule, now_ms)
+            try:
+                if schedule.name not in self._markers:
+                    self._markers[schedule.name] = await self._read_marker(schedule)
+                await self._handle(schedule, now_ms)
+            except TRANSIENT_ERRORS:
+                raise  # the server, not the schedule: the pass is retried as a whole
+            except Exception as exc:
+                # One broken schedule (a task this process does not know, a bad argument)
+                # must not stop the others: name it, once, and try it again next tick.
+                await self._report(schedule.name, f"{type(exc).__name__}: {exc}", exc)
+                self._next[schedule.name] = now_ms + int(self.loop_interval * 1000)
+                continue
+            if schedule.name in self._reported:
+                del self._reported[schedule.name]
+                await self.client.hdel(self.keys.errors, schedule.name)
+                log.info("schedule %s works again", schedule.name)
             marker = self._markers.get(schedule.name)
             if marker is not None:
                 self._next[schedule.name] = next(schedule.ticks_after(max(marker, now_ms)))
+
+    async def _report(self, name: str, reason: str, exc: BaseException | None = None) -> None:
+        if self._reported.get(name) == reason:
+            return
+        self._reported[name] = reason
+        log.error("schedule %s: %s", name, reason, exc_info=exc)
+        # Shown by `tether schedules`; written only when a new problem appears.
+        await self.client.hset(self.keys.errors, name, reason[:1000])
 
     async def _read_marker(self, schedule: Schedule) -> int | None:
         raw = await self.client.hget(self.app.keys(schedule.queue).schedules, schedule.name)

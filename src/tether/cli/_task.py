@@ -1,0 +1,80 @@
+"""``tether task``: follow one task by its id."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ._common import open_app, run
+from ._dead import app_option
+
+
+@click.group()
+def task() -> None:
+    """Follow one task by its id: status, result, cancel."""
+
+
+@task.command("status")
+@click.argument("task_id")
+@app_option
+def task_status(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
+    """Print the task's status (queued, scheduled, running, succeeded, ...)."""
+    app = open_app(app_spec, url, namespace)
+    click.echo(run(app, lambda a: a.handle(task_id).status()).value)
+
+
+@task.command("result")
+@click.argument("task_id")
+@app_option
+@click.option(
+    "--timeout",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait (0: do not wait).",
+)
+def task_result(
+    task_id: str,
+    app_spec: str | None,
+    url: str | None,
+    namespace: str | None,
+    timeout: float,
+) -> None:
+    """Print the task's result as JSON, or its error (exit status 1)."""
+    from .._errors import ResultTimeout, TaskFailed
+
+    app = open_app(app_spec, url, namespace)
+    try:
+        value = run(app, lambda a: a.handle(task_id).result(timeout=timeout or 0.001))
+    except TaskFailed as failed:
+        click.echo(f"{failed.status}: {failed.error_type}: {failed.error_message}", err=True)
+        if failed.traceback:
+            click.echo(failed.traceback, err=True)
+        sys.exit(1)
+    except ResultTimeout:
+        raise click.ClickException(f"task {task_id} has no result yet") from None
+    click.echo(json.dumps(value))
+
+
+@task.command("cancel")
+@click.argument("task_id")
+@app_option
+def task_cancel(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
+    """Cancel a queued, scheduled or running task."""
+    app = open_app(app_spec, url, namespace)
+    from .._status import CancelResult
+
+    result = run(app, lambda a: a.handle(task_id).cancel())
+    click.echo(_CANCEL_MESSAGES[result])
+    if result is CancelResult.NOT_CANCELLABLE:
+        sys.exit(1)
+
+
+_CANCEL_MESSAGES = {
+    "cancelled": "cancelled",
+    "requested": "cancel requested: the task stops at its next await",
+    "not_cancellable": "not cancellable: it runs in a worker thread and will run to its end",
+    "finished": "already finished",
+}

@@ -1,0 +1,161 @@
+"""``tether worker``: its options are generated from :class:`WorkerSettings`, so the
+defaults and help texts live in one place, and the process's signals are owned here."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import re
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from .._settings import WorkerSettings
+from ._common import F, connection_options, open_app, setup_logging
+
+# Short forms kept from before the options were generated.
+_SHORT = {"queues": "-q", "concurrency": "-c"}
+
+
+def _field_help(doc: str) -> dict[str, str]:
+    """``name: text`` entries of the docstring's ``Attributes:`` section, joined per field."""
+    helps: dict[str, str] = {}
+    current = None
+    _, _, section = doc.partition("Attributes:")
+    for line in section.splitlines():
+        match = re.match(r"^\s{8}(\w+): (.*)$", line)
+        if match:
+            current = match.group(1)
+            helps[current] = match.group(2).strip()
+        elif current and line.strip():
+            helps[current] += " " + line.strip()
+    return helps
+
+
+def _click_type(hint: Any) -> Any:
+    """The click type of a settings field: its annotation without ``None``."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = args[0]
+    if typing.get_origin(hint) is tuple:
+        return str  # comma-separated on the command line
+    return hint
+
+
+def settings_options(fn: F) -> F:
+    """One option per field of WorkerSettings, in the dataclass's order."""
+    hints = typing.get_type_hints(WorkerSettings)
+    helps = _field_help(WorkerSettings.__doc__ or "")
+    for field in reversed(dataclasses.fields(WorkerSettings)):
+        flag = "--" + field.name.replace("_", "-")
+        names = [flag, _SHORT[field.name]] if field.name in _SHORT else [flag]
+        default = field.default
+        kind = _click_type(hints[field.name])
+        help_text = helps.get(field.name, "")
+        if kind is bool:
+            names = [f"{flag}/--no-{flag[2:]}"]
+            option = click.option(*names, field.name, default=default, help=help_text)
+        else:
+            shown = ",".join(default) if isinstance(default, tuple) else default
+            option = click.option(
+                *names,
+                field.name,
+                type=kind,
+                default=shown,
+                show_default=default is not None,
+                help=help_text,
+            )
+        fn = option(fn)
+    return fn
+
+
+def explicit_settings(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """The settings the user gave; the rest keep the dataclass's defaults."""
+    out = {}
+    for field in dataclasses.fields(WorkerSettings):
+        if ctx.get_parameter_source(field.name) != ParameterSource.DEFAULT:
+            value = values[field.name]
+            if field.name == "queues":
+                value = tuple(q.strip() for q in value.split(",") if q.strip())
+            out[field.name] = value
+    return out
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@settings_options
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@connection_options
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    /,
+    app_spec: str,
+    log_level: str,
+    url: str | None,
+    namespace: str | None,
+    **values: Any,
+) -> None:
+    """Run a worker for APP (module:attribute) until SIGTERM or SIGINT.
+
+    The first signal stops it gracefully (running tasks get --shutdown-grace seconds, the
+    rest is handed back); a second one exits at once, and the lease hands what it held to
+    other workers when it expires."""
+    from .._errors import ConfigError, ServerError
+    from ..worker import Worker
+
+    setup_logging(log_level)
+    app = open_app(app_spec, url, namespace)
+    try:
+        runner = Worker(app, WorkerSettings(**explicit_settings(ctx, values)))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        asyncio.run(run_until_signalled(runner))
+    except ServerError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+async def run_until_signalled(runner: Any, on_second: Callable[[], None] | None = None) -> None:
+    """The CLI owns the process: SIGTERM or SIGINT stops the worker gracefully; a second
+    signal exits at once (the lease then expires and other workers take over). The handlers
+    are removed when the worker returns."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    log = logging.getLogger("tether.worker")
+
+    def exit_now() -> None:
+        logging.shutdown()
+        os._exit(130)
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if len(received) > 1:
+            log.warning("second %s: exiting at once; leftovers return when the lease expires",
+                        sig.name)  # fmt: skip
+            (on_second or exit_now)()
+            return
+        log.info("%s received: stopping gracefully (send it again to exit at once)", sig.name)
+        runner.stop()
+
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await runner.run()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
