@@ -94,12 +94,14 @@ class WorkerProcess:
         queues: str = "default",
         log_dir: Path,
         extra: list[str] | None = None,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
         **settings: Any,
     ) -> None:
         self.url, self.namespace, self.name = url, namespace, name
         self.queues = queues.split(",")
         options = {**FAST, **settings}
-        args = [sys.executable, "-m", "tether", "worker", app, "--queues", queues, "--name", name]
+        args = [python, "-m", "tether", "worker", app, "--queues", queues, "--name", name]
         for key, value in options.items():
             flag = "--" + key.replace("_", "-")
             if value is True:
@@ -112,6 +114,7 @@ class WorkerProcess:
             "TETHER_URL": url,
             "TETHER_NAMESPACE": namespace,
             "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            **(env or {}),
         }
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in kill_now

@@ -58,3 +58,33 @@ def test_a_small_bench_run_produces_every_figure(tmp_path: Path) -> None:
     table = md_path.read_text()
     assert "| Tether |" in table and "| floor (bare redis-py) |" in table
     assert table in done.stdout
+
+
+def test_the_sync_enqueue_bench_runs(url: str) -> None:
+    """bench/sync_enqueue.py prints its table (figures are never asserted)."""
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "sync_enqueue.py"),
+        *("--url", url, "--batch", "80", "--pairs", "2", "--threads", "1,8"),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| 1 |", "| 8 |"))]
+    assert len(rows) == 2 and all(line.count("/s") == 2 for line in rows), done.stdout
+
+
+def test_the_sizing_bench_runs(url: str) -> None:
+    """bench/sizing.py prints a row per kind of task (figures are never asserted)."""
+    command = [sys.executable, str(ROOT / "bench" / "sizing.py"), "--url", url, "--n", "100"]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| queued", "| ran"))]
+    assert len(rows) == 6 and all(line.count("|") == 6 for line in rows), done.stdout
+    # The rows that run tasks give the run's commands with statistics off and on.
+    for line in [*rows, *(x for x in done.stdout.splitlines() if x.startswith("| failed"))]:
+        *_, off, on, _ = line.split("|")
+        assert bool(off.strip()) == bool(on.strip()) == line.startswith(("| ran", "| failed"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ COMMANDS = [
     ["scheduler"],
     ["task"],
     ["task", "result"],
+    ["check"],
 ]
 
 
@@ -93,7 +95,10 @@ def test_demo_end_to_end(url: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "started an embedded server" in done.stdout
     assert "throughput" in done.stdout
-    assert "stopped the embedded server" in done.stdout
+    started = re.search(r"started an embedded server \(pid (\d+)\)", done.stdout)
+    assert started, done.stdout
+    # It used to say "(pid gone)".
+    assert f"stopped the embedded server (pid {started.group(1)})" in done.stdout
     assert time.monotonic() - t0 < 60
 
 

@@ -25,7 +25,10 @@ from tether.scheduler._control import SchedulerKeys
 
 from .helpers import ROOT
 
-CLI_MODULES = ["_common", "_dead", "_demo", "_schedules", "_task", "_worker"]
+CLI_MODULES = [
+    "_bind", "_check", "_common", "_dead", "_demo", "_info", "_schedules", "_task", "_web",
+    "_worker",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("module", CLI_MODULES)
@@ -127,7 +130,7 @@ def test_dead_show_truncates_a_huge_payload_unless_asked(
 
     (letter,) = asyncio.run(serve())
     assert letter.reason
-    base = ["dead", "show", letter.entry_id, "--url", url, "--namespace", namespace]
+    base = ["dead", "show", letter.entry_id, "--url", url, "--namespace", namespace, "--json"]
     short = CliRunner().invoke(main, base)
     assert short.exit_code == 0, short.output
     shown = json.loads(short.output)
@@ -142,7 +145,7 @@ def test_dead_commands_name_a_malformed_entry_id(url: str, namespace: str) -> No
     for command in (["show", "nonsense"], ["purge", "nonsense", "--yes"]):
         done = CliRunner().invoke(main, ["dead", *command, "--url", url, "--namespace", namespace])
         assert done.exit_code == 1, done.output
-        assert "'nonsense' is not a dead-letter entry id" in done.output
+        assert "'nonsense' is neither a dead-letter entry id" in done.output
 
 
 def test_cancel_says_what_happened(url: str, namespace: str) -> None:

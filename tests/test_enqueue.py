@@ -107,3 +107,21 @@ async def test_enqueue_without_open_app_is_a_clear_error(url: str, namespace: st
 
     with pytest.raises(NotOpen, match="async with app"):
         await nop.enqueue()
+
+
+async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: str) -> None:
+    """Producers used to get raw redis-py errors."""
+    from tether._embedded import free_port
+
+    app = Tether(f"redis://127.0.0.1:{free_port()}/0", namespace=namespace, connect_timeout=0.2)
+
+    @app.task
+    async def job(i: int) -> None: ...
+
+    async with app:
+        with pytest.raises(EnqueueError, match="cannot reach the server at") as caught:
+            await job.enqueue(1)
+    assert "may or may not have been enqueued (give a dedup key to retry safely)" in str(
+        caught.value
+    )
+    assert caught.value.cause is not None

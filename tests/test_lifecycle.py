@@ -348,8 +348,11 @@ async def test_dead_letter_cli(app: Tether, url: str, namespace: str) -> None:
     assert listed.exit_code == 0, listed.output
     entry = json.loads(listed.output.splitlines()[0])
     assert "cannot be decoded" in entry["reason"]
-    shown = await asyncio.to_thread(runner.invoke, main, ["dead", "show", *base, entry["entry_id"]])
+    show = ["dead", "show", *base, entry["entry_id"]]
+    shown = await asyncio.to_thread(runner.invoke, main, [*show, "--json"])
     assert shown.exit_code == 0 and '"payload": "garbage"' in shown.output
+    plain = await asyncio.to_thread(runner.invoke, main, show)
+    assert plain.exit_code == 0 and plain.output.endswith("payload:\ngarbage\n")
     retried = await asyncio.to_thread(
         runner.invoke, main, ["dead", "retry", *base, entry["entry_id"]]
     )
@@ -357,7 +360,7 @@ async def test_dead_letter_cli(app: Tether, url: str, namespace: str) -> None:
     table = await asyncio.to_thread(runner.invoke, main, ["dead", "list", *base])
     assert "1 in all" in table.output
     purged = await asyncio.to_thread(runner.invoke, main, ["dead", "purge", *base, "--yes"])
-    assert purged.exit_code == 0 and "deleted 1 entries" in purged.output
+    assert purged.exit_code == 0 and "deleted 1 entry" in purged.output
 
 
 class Recorder(Middleware):
@@ -433,10 +436,14 @@ async def test_a_task_that_opts_out_of_results_leaves_nothing_behind(
         await asyncio.sleep(0.1)
     with pytest.raises(TaskNotFound):
         await handle.status()
-    # Only the streams, and the statistics (which expire after the stats window), remain.
+    # Only the streams, the statistics (which expire after the stats window) and the known
+    # queues (which expire a week after the last heartbeat) remain.
     left = set(rds.scan_iter(f"*{app.namespace}*"))
-    assert left == {k for k in left if b":stream:" in k or b":stats:" in k}
+    known = f"{{{app.namespace}:workers}}:queues".encode()
+    assert left == {k for k in left if b":stream:" in k or b":stats:" in k or k == known}
     for key in left:
+        if key == known:
+            assert rds.pttl(key) > 0
         if b":stats:" in key:
             assert rds.pttl(key) > 0
 

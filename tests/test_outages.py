@@ -143,3 +143,53 @@ async def test_a_worker_whose_streams_vanish_mid_task_carries_on(
         assert "crashed" not in caplog.text
         await job.enqueue("second")
         await eventually(lambda: done == ["first", "second"], timeout=10)
+
+
+@pytest.mark.parametrize("loss", ["streams deleted", "flushall"])
+async def test_tasks_the_server_lost_are_counted_as_lost_by_it_not_as_lost_leases(
+    server: object, namespace: str, caplog: pytest.LogCaptureFixture, loss: str
+) -> None:
+    """Running tasks whose entries vanish with the server's data: their outcomes are
+    discarded as lost by the server. No other worker took them, so no lease was lost and no
+    task ran twice: the worker must not say so (it used to count each as a lost lease)."""
+    import redis.asyncio
+
+    from tether._keys import QueueKeys
+
+    from .helpers import ServerInfo
+
+    assert isinstance(server, ServerInfo)
+    own = start_server(server.kind)  # a FLUSHALL must not reach the other tests' data
+    try:
+        app = Tether(own.url, namespace=namespace)
+        release = asyncio.Event()
+        done: list[str] = []
+
+        @app.task
+        async def job(tag: str) -> None:
+            if tag.startswith("held"):
+                await release.wait()
+            done.append(tag)
+
+        caplog.set_level(logging.WARNING, "tether")
+        async with app:
+            await job.enqueue_many([(f"held{i}",) for i in range(3)])
+            async with running_worker(app) as worker:
+                await eventually(lambda: worker.running == 3)
+                raw = redis.asyncio.Redis.from_url(own.url)
+                if loss == "flushall":
+                    await raw.flushall()
+                else:
+                    await raw.delete(*QueueKeys.of(namespace, "default").streams)
+                await raw.aclose()
+                # The fetcher finds the groups gone and creates them again before the acks.
+                await eventually(lambda: worker.counters.groups_recreated >= 1, timeout=10)
+                release.set()
+                await eventually(lambda: worker.held == 0)
+                counters = worker.counters
+                assert (counters.lost_by_server, counters.lost_leases) == (3, 0), counters
+                assert "lost lease" not in caplog.text and "crashed" not in caplog.text
+                await job.enqueue("after")
+                await eventually(lambda: "after" in done, timeout=10)
+    finally:
+        own.cleanup()

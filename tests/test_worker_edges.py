@@ -262,13 +262,14 @@ async def test_an_entry_cannot_write_another_tasks_records(app: Tether, rds: red
 
     keys = QueueKeys.of(app.namespace, "default")
     original = await value.options(key="k1").enqueue(1)  # an indexed task, with its own id
-    async with running_worker(app):
+    async with running_worker(app) as worker:
         assert await original.result(timeout=10) == 1
         rds.xadd(
             keys.stream("normal"),
             {"m": _raw_envelope(value.name, id=original.id, args=[666])},
         )
         await eventually(lambda: rds.xlen(keys.dead) == 1)
+        await eventually(lambda: worker.counters.dead_lettered == 1)  # counted, and logged
     assert await original.result(timeout=1) == 1
     assert await original.status() is TaskStatus.SUCCEEDED
     (reason,) = dead_reasons(rds, keys)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ class Spec:
         return self.name if self.requirements else None
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
 # Versions are pinned so a run can be repeated; raise them deliberately. redis[hiredis] is
 # added where the peer does not bring it: the task body uses redis-py for every system.
 SPECS: dict[str, Spec] = {
@@ -48,12 +51,34 @@ SPECS: dict[str, Spec] = {
             full=False,
             peer=False,
         ),
+        Spec(
+            "tether-metrics",
+            "Tether, metrics on",
+            "bench.systems.tether_metrics",
+            full=False,
+            peer=False,
+        ),
+        # Full: tracing costs the producer too (a send span per enqueue call).
+        Spec(
+            "tether-otel",
+            "Tether, tracing on (no-op exporter)",
+            "bench.systems.tether_otel",
+            peer=False,
+        ),
         Spec("floor", "floor (bare redis-py)", "bench.systems.floor", peer=False),
         Spec(
             "taskiq-redis",
             "taskiq + taskiq-redis RedisStreamBroker",
             "bench.systems.taskiq_redis",
             ("taskiq==0.13.0", "taskiq-redis==1.2.4", "redis[hiredis]"),
+        ),
+        Spec(
+            "taskiq-tether",
+            "taskiq + Tether TetherBroker",
+            "bench.systems.taskiq_tether",
+            # taskiq pinned like the taskiq-redis row; this checkout's Tether, editable.
+            ("taskiq==0.13.0", "-e", f"{ROOT}[taskiq]"),
+            peer=False,
         ),
         Spec(
             "taskiq-redis-streams",

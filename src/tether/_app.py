@@ -14,17 +14,21 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from typing_extensions import Self
 
+from ._blocking import refuse_on_loop
 from ._config import Backoff, TaskConfig
 from ._core import DEFAULT_URL, Core
 from ._errors import ConfigError
 from ._handle import TaskHandle
-from ._keys import queue_of_task_id
+from ._keys import queue_of_task_id, task_id_problem
+from ._limits import TaskLimits
 from ._settings import WorkerSettings, check_name, check_priority
 from ._task import P, R, Task, default_task_name
 
 if TYPE_CHECKING:
     from ._schedule import Missed
+    from .admin import Stats, WorkerInfo
     from .dead import DeadLetters
+    from .limits import Limits
     from .scheduler import Scheduler, Schedules
     from .worker import Worker
 
@@ -86,6 +90,12 @@ class Tether(Core):
         timeout: float | timedelta | None = None,
         store_result: bool = True,
         result_ttl: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        key_rate_limit: str | None = None,
+        key_rate_burst: int | None = None,
+        key_concurrency_limit: int | None = None,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -102,15 +112,33 @@ class Tether(Core):
         timeout: float | timedelta | None = None,
         store_result: bool = True,
         result_ttl: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        key_rate_limit: str | None = None,
+        key_rate_burst: int | None = None,
+        key_concurrency_limit: int | None = None,
     ) -> Any:
         """Register a function as a task. Async functions run on the worker's event loop;
-        plain functions run in its thread pool, never on the loop."""
+        plain functions run in its thread pool, never on the loop.
+
+        Flow control (see docs/flow-control.md), across every worker of the queue:
+        ``rate_limit`` ('60/m', '100/s', '5/10s') with ``rate_burst`` (default 1),
+        ``concurrency_limit`` (running at once), and the same per limit key
+        (``task.options(limit_key=...)``): ``key_rate_limit``, ``key_rate_burst``,
+        ``key_concurrency_limit``."""
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(func):
                 raise ConfigError(f"@app.task needs a function, not {func!r}")
+            task_name = name or default_task_name(func)
+            limits = TaskLimits.declare(
+                task_name, rate_limit=rate_limit, rate_burst=rate_burst,
+                concurrency_limit=concurrency_limit, key_rate_limit=key_rate_limit,
+                key_rate_burst=key_rate_burst, key_concurrency_limit=key_concurrency_limit,
+            )  # fmt: skip
             config = TaskConfig(
-                name=name or default_task_name(func),
+                name=task_name,
                 queue=queue,
                 priority=priority,
                 retries=retries,
@@ -121,6 +149,7 @@ class Tether(Core):
                 result_ttl=result_ttl.total_seconds()
                 if isinstance(result_ttl, timedelta)
                 else result_ttl,
+                limits=limits,
             )
             if config.name in self.tasks:
                 raise ConfigError(f"a task named {config.name!r} is already registered")
@@ -156,6 +185,7 @@ class Tether(Core):
 
     def enqueue_by_name_sync(self, name: str, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
         """:meth:`enqueue_by_name`, blocking."""
+        refuse_on_loop("enqueue_by_name_sync")
         return self.by_name(name).enqueue_sync(*args, **kwargs)
 
     def handle(self, task_id: str) -> TaskHandle[Any]:
@@ -163,10 +193,7 @@ class Tether(Core):
         try:
             queue = queue_of_task_id(task_id)
         except ValueError:
-            raise ConfigError(
-                f"{task_id!r} is not a Tether task id (expected <queue>:<32 hex digits> or "
-                "<queue>:<stream index>-<entry id>)"
-            ) from None
+            raise ConfigError(task_id_problem(task_id)) from None
         return TaskHandle(self, task_id, queue)
 
     def dead_letters(self, queue: str = "default") -> DeadLetters:
@@ -174,6 +201,37 @@ class Tether(Core):
         from .dead import DeadLetters
 
         return DeadLetters(self, queue)
+
+    # -- seeing and steering -----------------------------------------------------------
+
+    @property
+    def stats(self) -> Stats:
+        """Read queue figures, per-task statistics, workers and what a queue holds (see
+        :class:`tether.admin.Stats`)."""
+        from .admin import Stats
+
+        return Stats(self)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers, from the registry their heartbeats publish (a dead worker drops
+        out within its ``heartbeat_ttl``)."""
+        from .admin import Stats
+
+        return await Stats(self).all_workers()
+
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue``: within one ``reclaim_interval`` no worker fetches from it;
+        enqueues are still accepted. True if it was not paused already."""
+        from .admin import pause
+
+        return await pause(self, queue)
+
+    async def resume(self, queue: str) -> bool:
+        """Resume a paused queue: workers fetch from it again at their next maintenance
+        pass. True if it was paused."""
+        from .admin import resume
+
+        return await resume(self, queue)
 
     # -- workers and the scheduler ----------------------------------------------------
 
@@ -214,6 +272,14 @@ class Tether(Core):
             return task
 
         return declare
+
+    @property
+    def limits(self) -> Limits:
+        """Runtime control of flow-control limits: get, set, reset, list, usage and
+        held-back counts (see docs/flow-control.md)."""
+        from .limits import Limits
+
+        return Limits(self)
 
     @property
     def schedules(self) -> Schedules:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ._errors import ConfigError
+from ._limits import TaskLimits
 from ._settings import check_name, check_priority, seconds
 
 
@@ -50,6 +51,8 @@ class TaskConfig:
     timeout: float | None = None
     store_result: bool = True
     result_ttl: float | None = None
+    limits: TaskLimits | None = None
+    """Flow-control limits (rate, concurrency, per limit key); None when unlimited."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

@@ -15,8 +15,8 @@ class TaskContext:
     """What a running task may want to know about itself (``current_task()``).
 
     Attributes:
-        task_id: the task's id (``<queue>:<32 hex>``, or ``<queue>:<stream>-<entry id>`` for
-            a plain enqueue).
+        task_id: the task's id: ``<queue>:<32 hex>`` (``default:9f2c...``), or for a plain
+            enqueue ``<queue>:<stream 1-3>-<entry id>`` (``default:2-1732870000000-0``).
         task_name: the registered name.
         queue, priority: where it was enqueued.
         attempt: counts from 1; ``max_attempts`` is ``retries + 1``.

@@ -63,6 +63,31 @@ class RegisteredTask(Protocol):
     def signature(self) -> inspect.Signature | None: ...
 
 
+class Intercept(Protocol):
+    """What :mod:`tether.testing` puts in place of the server: every enqueue (after its
+    arguments were checked and encoded, so nothing that would fail for real passes here) and
+    every handle call goes to it instead of Redis. Typed loosely to keep this module at the
+    bottom of the imports; the implementation is typed in full."""
+
+    async def enqueue(self, task: Any, plan: Any, ids: list[str], payloads: list[bytes]) -> Any:
+        """Accept encoded tasks; return their handles (ids empty for a plain enqueue)."""
+
+    def enqueue_sync(self, task: Any, plan: Any, ids: list[str], payloads: list[bytes]) -> Any:
+        """:meth:`enqueue` from a thread without an event loop."""
+
+    async def status(self, task_id: str) -> Any: ...
+
+    def status_sync(self, task_id: str) -> Any: ...
+
+    async def wait_result(self, task_id: str, timeout: float | None) -> Any: ...
+
+    def wait_result_sync(self, task_id: str, timeout: float | None) -> Any: ...
+
+    async def cancel(self, task_id: str) -> Any: ...
+
+    def cancel_sync(self, task_id: str) -> Any: ...
+
+
 class Core:
     """Settings, connections and registries of an app. Use :class:`~tether.Tether`."""
 
@@ -106,6 +131,11 @@ class Core:
         self.middleware: tuple[Middleware, ...] = tuple(middleware)
         self.tasks: dict[str, RegisteredTask] = {}
         """Registered tasks by name."""
+        self.task_loaders: list[Callable[[str], RegisteredTask | None]] = []
+        """Asked, in order, for a task name the registry does not hold (an integration that
+        imports tasks on demand, such as the Django backend's worker)."""
+        self.intercept: Intercept | None = None
+        """Set by :mod:`tether.testing`: enqueues and handles are served in memory."""
         self.declared_schedules: list[Schedule] = []
         self._keys: dict[str, QueueKeys] = {}
         self.generation = 0
@@ -148,6 +178,20 @@ class Core:
         if keys is None:
             keys = self._keys[queue] = QueueKeys.of(self.namespace, queue)
         return keys
+
+    def find_task(self, name: str) -> RegisteredTask | None:
+        """The task registered as ``name``, else the first one a loader provides (registered
+        then, so each name is loaded once). A loader returns None for a name it does not
+        serve, and raises :class:`LookupError` to say why it cannot load one it does (the
+        worker dead-letters the entry with that reason)."""
+        task = self.tasks.get(name)
+        if task is None:
+            for loader in self.task_loaders:
+                task = loader(name)
+                if task is not None:
+                    self.tasks[name] = task
+                    break
+        return task
 
     def add_middleware(self, middleware: Middleware) -> None:
         self.middleware = (*self.middleware, middleware)

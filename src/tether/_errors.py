@@ -6,12 +6,14 @@
     ├── EnqueueError            a task could not be enqueued; nothing was written
     │   └── SerializationError  an argument cannot be encoded by the serializer
     ├── TaskNotFound            no task with that id is known (never existed or expired)
+    ├── QueueNotFound           no queue of that name is known (no worker, task or key names it)
     ├── TaskFailed              the task ended without a value (remote type, message, traceback)
     ├── ResultTimeout           waiting for a result took longer than asked
     ├── NotOpen                 the app has no open connection (use ``async with app``)
     └── BlockingCallError       a blocking ``*_sync`` call was made on an event loop's thread
 
-``Retry`` is not an error: a task raises it to ask for another attempt.
+``Retry`` and ``RateLimited`` are not errors: a task raises them to ask for another attempt
+(``RateLimited`` without counting one).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class SerializationError(EnqueueError, TypeError):
 
 class TaskNotFound(TetherError, LookupError):
     """No task with this id is known: it never existed, or its record expired."""
+
+
+class QueueNotFound(TetherError, LookupError):
+    """No queue of this name is known: no worker serves it, no task of the app names it,
+    and it has no keys."""
 
 
 class ResultTimeout(TetherError, TimeoutError):
@@ -98,3 +105,27 @@ class Retry(Exception):
         self.delay = delay
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
+
+
+class RateLimited(Exception):
+    """Raise inside a task when a service it calls says "too many requests" (an HTTP 429):
+    the task runs again after ``retry_after`` seconds, and this attempt does not count
+    against its retries.
+
+    ``retry_after`` defaults to the task's backoff for a first retry.
+    """
+
+    def __init__(self, retry_after: float | timedelta | None = None, reason: str = "") -> None:
+        if isinstance(retry_after, timedelta):
+            retry_after = retry_after.total_seconds()
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, (int, float))
+            or retry_after < 0
+        ):
+            raise ConfigError(
+                f"RateLimited(retry_after={retry_after!r}): expected zero or more seconds"
+            )
+        self.retry_after = None if retry_after is None else float(retry_after)
+        self.reason = reason
+        super().__init__(reason or f"rate limited (retry after {retry_after}s)")

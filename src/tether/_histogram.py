@@ -9,6 +9,10 @@ counters, written by the settle script in the same call as the acks. Fields are
   that ran past their timeout, also counted as ``fail`` or ``retry``);
 - run time (start to end) and wait time (due to start) histograms: ``r<b>`` and ``w<b>`` count
   the attempts in bucket ``b`` (see :func:`bucket`).
+- flow control (see :mod:`tether.limits`): ``held_rate``, ``held_key_rate``,
+  ``held_concurrency``, ``held_key_concurrency`` count the times a limit held the task back,
+  ``held_backpressure`` the attempts that raised ``RateLimited``; readers of the counts above
+  skip them.
 
 Buckets are log-spaced, two per doubling: bucket 0 holds times under 1 ms, bucket ``b >= 1``
 holds [2^((b-1)/2), 2^(b/2)) ms, up to :data:`MAX_BUCKET` (about 12 days). A percentile read

@@ -7,6 +7,7 @@ to scripts in ``KEYS``; no script builds a key and nothing scans the keyspace.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ._settings import PRIORITIES
@@ -90,6 +91,17 @@ def queue_of_task_id(task_id: str) -> str:
     return queue
 
 
+def task_id_problem(value: object) -> str:
+    """Why ``value`` is not a task id, with the forms task ids take, for an error message."""
+    forms = (
+        "task ids name their queue: default:2-1732870000000-0 (a plain enqueue: the queue, "
+        "the stream 1-3 and its entry id) or default:9f2c... (the queue and 32 hex digits)"
+    )
+    if isinstance(value, str) and re.fullmatch(r"\d{1,20}-\d{1,20}", value):
+        return f"{value!r} is a stream entry id, not a task id: {forms}"
+    return f"{value!r} is not a Tether task id: {forms}"
+
+
 def derived_task_id(queue: str, sidx: int, entry_id: str) -> str:
     """The id of a task enqueued with a plain XADD: its queue, stream and entry id.
 
@@ -114,6 +126,18 @@ def registry_keys(namespace: str) -> tuple[str, str]:
     prefix of each worker's record key (``<prefix><name>``), under a hash tag of their own."""
     tag = f"{{{namespace}:workers}}"
     return f"{tag}:index", f"{tag}:worker:"
+
+
+def known_queues_key(namespace: str) -> str:
+    """The queues of a namespace that readers list without scanning the keyspace: a sorted
+    set (every score 0, read in name order) that each worker adds its queues to from its
+    heartbeat, and that pausing a queue adds it to. Beside the worker registry; it expires
+    :data:`KNOWN_QUEUES_TTL_MS` after the last of those, so an abandoned namespace leaves
+    nothing behind."""
+    return f"{{{namespace}:workers}}:queues"
+
+
+KNOWN_QUEUES_TTL_MS = 7 * 24 * 3600 * 1000
 
 
 def scheduler_tag(namespace: str) -> str:

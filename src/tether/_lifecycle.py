@@ -48,10 +48,14 @@ def _to_status(core: Core, task_id: str, reply: scripts.StatusReply) -> TaskStat
 
 
 async def status(core: Core, task_id: str) -> TaskStatus:
+    if core.intercept is not None:
+        return await core.intercept.status(task_id)  # type: ignore[no-any-return]
     return _to_status(core, task_id, await _status_call(core, task_id).run(core.client))
 
 
 def status_sync(core: Core, task_id: str) -> TaskStatus:
+    if core.intercept is not None:
+        return core.intercept.status_sync(task_id)  # type: ignore[no-any-return]
     return _to_status(core, task_id, _status_call(core, task_id).run_sync(core.sync_client))
 
 
@@ -105,6 +109,8 @@ class _Wait:
 
 async def wait_result(core: Core, task_id: str, timeout: float | timedelta | None) -> Any:
     wait = _Wait(core, task_id, timeout)
+    if core.intercept is not None:
+        return await core.intercept.wait_result(task_id, wait.timeout)
     client = core.client
     while True:
         raw: Any = await client.get(wait.keys.result(task_id))
@@ -119,6 +125,8 @@ async def wait_result(core: Core, task_id: str, timeout: float | timedelta | Non
 
 def wait_result_sync(core: Core, task_id: str, timeout: float | timedelta | None) -> Any:
     wait = _Wait(core, task_id, timeout)
+    if core.intercept is not None:
+        return core.intercept.wait_result_sync(task_id, wait.timeout)
     client: Any = core.sync_client
     while True:
         raw: Any = client.get(wait.keys.result(task_id))
@@ -196,6 +204,8 @@ class _Cancel:
 
 
 async def cancel(core: Core, task_id: str) -> CancelResult:
+    if core.intercept is not None:
+        return await core.intercept.cancel(task_id)  # type: ignore[no-any-return]
     c = _Cancel(core, task_id)
     client = core.client
     where = c.where(await client.hget(c.keys.index, task_id))
@@ -223,6 +233,8 @@ async def cancel(core: Core, task_id: str) -> CancelResult:
 
 
 def cancel_sync(core: Core, task_id: str) -> CancelResult:
+    if core.intercept is not None:
+        return core.intercept.cancel_sync(task_id)  # type: ignore[no-any-return]
     c = _Cancel(core, task_id)
     client = core.sync_client
     where = c.where(client.hget(c.keys.index, task_id))

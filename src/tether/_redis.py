@@ -7,11 +7,18 @@ URL forms::
     redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]
         ?sentinel_password=...&sentinel_username=...              rediss+sentinel:// for TLS
 
-TLS options and ACL users work through the URL as redis-py reads them.
+TLS options (``ssl_ca_certs``, ``ssl_cert_reqs``, ``ssl_certfile``, ``ssl_keyfile``) and ACL
+users work through the URL as redis-py reads them. A user name or password holding ``@``,
+``#``, ``/``, ``?`` or ``%`` must be percent-encoded (``urllib.parse.quote(password, safe="")``);
+a URL where that was forgotten is refused, and no message or log line ever shows a password,
+however the URL is malformed (:func:`redact`).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -62,18 +69,62 @@ class Target:
 
     @property
     def redacted(self) -> str:
-        """The URL with its password hidden, for logs."""
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return parts._replace(netloc=netloc).geturl()
+        """The URL with its secrets hidden, for logs."""
+        return redact(self.url)
+
+
+_ENCODE_HINT = (
+    "percent-encode the user name and password (in Python: urllib.parse.quote(password, "
+    "safe='')): '@' is %40, '#' %23, '/' %2F, '?' %3F, ':' %3A, '%' %25"
+)
+
+
+def redact(url: str) -> str:
+    """``url`` with every secret hidden, for messages and logs: whatever stands before the
+    last ``@`` (the user's password, and any part of it a parser took for a host, a path or
+    a fragment when an ``@``, ``#``, ``/`` or ``?`` in it was not percent-encoded), and the
+    values of query parameters whose name holds ``password``. A user name is kept when a
+    ``:`` separates it from the password."""
+    scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
+    at = rest.rfind("@")
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        shown = f"{user}:***" if colon and not set(user) & set("/?#") else "***"
+        rest = f"{shown}@{rest[at + 1 :]}"
+    head, qmark, query = rest.partition("?")
+    if qmark:
+        pairs = []
+        for pair in query.split("&"):
+            name, eq, _ = pair.partition("=")
+            pairs.append(f"{name}=***" if eq and "password" in name.lower() else pair)
+        rest = f"{head}?{'&'.join(pairs)}"
+    return f"{scheme}{sep}{rest}"
+
+
+def _check_delimiters(url: str) -> None:
+    """Refuse a URL whose credentials hold an unencoded delimiter: the parser would read part
+    of the password as the host, the path or a fragment, and connect somewhere else."""
+    if "#" in url:
+        raise ConfigError(
+            f"url {redact(url)!r} holds a '#', which no Redis URL has: {_ENCODE_HINT}"
+        )
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() == "unix":
+        return
+    host_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    if "@" in rest[host_end:]:
+        raise ConfigError(
+            f"url {redact(url)!r} holds an '@' after its host part (a '/' or '?' in the "
+            f"password, or an '@' in the path or query?): {_ENCODE_HINT}"
+        )
 
 
 def parse_url(url: str) -> Target:
     """Parse and validate a Redis URL; a malformed one raises :class:`ConfigError`."""
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"url={url!r}: expected a URL such as redis://localhost:6379/0")
+        shown = redact(url) if isinstance(url, str) else url
+        raise ConfigError(f"url={shown!r}: expected a URL such as redis://localhost:6379/0")
+    _check_delimiters(url)
     scheme = url.split("://", 1)[0].lower()
     if scheme in _PLAIN:
         return _parse_plain(url, scheme)
@@ -95,11 +146,11 @@ def _parse_plain(url: str, scheme: str) -> Target:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigError(f"url {_hide(url)!r} is malformed: {exc}") from None
+        raise ConfigError(f"url {redact(url)!r} is malformed: {exc}") from None
     if scheme != "unix" and not parts.hostname:
-        raise ConfigError(f"url {_hide(url)!r} has no host")
+        raise ConfigError(f"url {redact(url)!r} has no host")
     if scheme == "unix" and not parts.path:
-        raise ConfigError(f"url {_hide(url)!r} has no socket path")
+        raise ConfigError(f"url {redact(url)!r} has no socket path")
     db = 0
     path = parts.path.strip("/") if scheme != "unix" else ""
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -107,7 +158,7 @@ def _parse_plain(url: str, scheme: str) -> Target:
     try:
         db = int(raw_db)
     except ValueError:
-        raise ConfigError(f"url {_hide(url)!r}: database {raw_db!r} is not a number") from None
+        raise ConfigError(f"url {redact(url)!r}: database {raw_db!r} is not a number") from None
     return Target(
         kind="standalone",
         url=url,
@@ -135,9 +186,9 @@ def _parse_multi(url: str, kind: Literal["cluster", "sentinel"], tls: bool) -> T
         try:
             nodes.append((host.strip("[]"), int(port_text)))
         except ValueError:
-            raise ConfigError(f"url {_hide(url)!r}: bad host:port {item!r}") from None
+            raise ConfigError(f"url {redact(url)!r}: bad host:port {item!r}") from None
     if not nodes or not nodes[0][0]:
-        raise ConfigError(f"url {_hide(url)!r} names no host")
+        raise ConfigError(f"url {redact(url)!r} names no host")
     username = password = None
     if auth:
         user, _, pw = auth.partition(":")
@@ -148,16 +199,16 @@ def _parse_multi(url: str, kind: Literal["cluster", "sentinel"], tls: bool) -> T
     if kind == "sentinel":
         if not segments:
             raise ConfigError(
-                f"url {_hide(url)!r} names no master: use redis+sentinel://host:26379/mymaster"
+                f"url {redact(url)!r} names no master: use redis+sentinel://host:26379/mymaster"
             )
         service = segments[0]
         if len(segments) > 1:
             try:
                 db = int(segments[1])
             except ValueError:
-                raise ConfigError(f"url {_hide(url)!r}: database {segments[1]!r}") from None
+                raise ConfigError(f"url {redact(url)!r}: database {segments[1]!r}") from None
     elif segments and segments != ["0"]:
-        raise ConfigError(f"url {_hide(url)!r}: a cluster has only database 0")
+        raise ConfigError(f"url {redact(url)!r}: a cluster has only database 0")
     return Target(
         kind=kind,
         url=url,
@@ -169,16 +220,6 @@ def _parse_multi(url: str, kind: Literal["cluster", "sentinel"], tls: bool) -> T
         password=password,
         options=query,
     )
-
-
-def _hide(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            return url.replace(f":{parts.password}@", ":***@", 1)
-    except ValueError:
-        pass
-    return url
 
 
 def _retry(retries: int, asynchronous: bool) -> Retry | AsyncRetry:
@@ -211,6 +252,9 @@ def _common_kwargs(
         for key in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
             if key in target.options:
                 kwargs[key] = target.options[key]
+        if "ssl_check_hostname" in target.options:
+            flag = target.options["ssl_check_hostname"].lower()
+            kwargs["ssl_check_hostname"] = flag in ("1", "true", "yes", "on")
     return kwargs
 
 
@@ -234,7 +278,7 @@ def async_client(
     if target.kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
-    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.nodes),
         sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
         **kwargs,
@@ -262,16 +306,16 @@ def sync_client(
     kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries, asynchronous=False)
     if target.kind == "cluster":
         nodes = [
-            redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call]
+            redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call, unused-ignore]
             for h, p in target.nodes
         ]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.nodes),
         sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
         **kwargs,
     )
-    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.service, db=target.db
     )
     return master
@@ -330,10 +374,71 @@ FATAL_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Errors no retry can fix: a wrong password, a user without the needed permissions."""
 
+_REFUSED_IN_SCRIPT = (
+    "The user executing the script can't",  # Redis 7.0, which does not name the command
+    "ACL failure in script",  # Valkey and newer Redis: "... to run the 'x' command ..."
+    "NOPERM",
+)
+_COMMAND_NAMED = re.compile(r"run the '([^']+)' command")
 
-def describe_error(exc: BaseException, where: str) -> str:
-    """One line for a person: what went wrong with the server at ``where``."""
+
+def is_permission_error(exc: BaseException) -> bool:
+    """The user may not run a command or reach a key: refused by the server directly
+    (``NOPERM``), or inside a Lua script, whose error the server words differently."""
+    if isinstance(exc, redis.exceptions.NoPermissionError | redis.exceptions.AuthorizationError):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith(
+        _REFUSED_IN_SCRIPT
+    )
+
+
+def refused_command(message: str) -> str | None:
+    """The command a permission error names (``... to run the 'hscan' command``), if any."""
+    found = _COMMAND_NAMED.search(message)
+    return found.group(1).lower() if found else None
+
+
+_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it was raised from or during (redis-py wraps socket and TLS
+    errors in a ConnectionError whose context is the real cause)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _is_tls(where: str) -> bool:
+    return where.partition("://")[0].lower().startswith(("rediss", "valkeys"))
+
+
+def is_fatal(exc: BaseException, where: str) -> bool:
+    """No retry can fix ``exc`` at the server ``where`` (a URL): a wrong password, a missing
+    permission, a TLS certificate the client refuses, a TLS file named in the URL that does
+    not exist. A worker stops at start-up on these instead of retrying forever."""
+    for cause in _causes(exc):
+        if isinstance(cause, (*FATAL_ERRORS, ssl.SSLCertVerificationError)):
+            return True
+        if isinstance(cause, FileNotFoundError) and _is_tls(where):
+            return True
+    return False
+
+
+def _missing_tls_files(where: str) -> list[str]:
+    query = {k: v[-1] for k, v in parse_qs(urlsplit(where).query).items()}
+    return [f"{k}={query[k]}" for k in _TLS_FILES if k in query and not os.path.exists(query[k])]
+
+
+def describe_error(exc: BaseException, where: str, command: str | None = None) -> str:
+    """One line for a person: what went wrong with the server at ``where``. For a missing
+    permission, ``command`` names the command refused when the error does not (Redis 7.0
+    inside a script: the caller can tell it from the script's line)."""
     message = str(exc).strip() or type(exc).__name__
+    causes = _causes(exc)
     if is_out_of_memory(exc):
         return (
             f"the server at {where} is out of memory (maxmemory reached with the noeviction "
@@ -341,8 +446,20 @@ def describe_error(exc: BaseException, where: str) -> str:
         )
     if isinstance(exc, redis.exceptions.AuthenticationError):
         return f"authentication failed at {where}: wrong user name or password ({message})"
-    if isinstance(exc, redis.exceptions.NoPermissionError | redis.exceptions.AuthorizationError):
-        return f"the user lacks a permission at {where}: {message}"
+    if is_permission_error(exc):
+        command = refused_command(message) or command
+        allow = f"; allow it with +{command} in the user's ACL rule" if command else ""
+        return f"the user lacks a permission at {where}: {message.rstrip('.')}{allow}"
+    for cause in causes:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return (
+                f"the TLS certificate of the server at {where} was refused "
+                f"({cause.verify_message or cause}): name the authority that signed it with "
+                "ssl_ca_certs=/path/to/ca.pem in the URL"
+            )
+        if isinstance(cause, FileNotFoundError) and _is_tls(where):
+            missing = ", ".join(_missing_tls_files(where)) or "a TLS file of the URL"
+            return f"cannot connect to {where}: no such file: {missing}"
     if isinstance(exc, redis.exceptions.ReadOnlyError):
         return f"the server at {where} is a read-only replica (a failover in progress?)"
     if isinstance(exc, redis.exceptions.BusyLoadingError):

@@ -30,6 +30,17 @@ MAX_TICKS_WALKED = 500_000
 """A bound on ticks examined at once (a seconds-level cron after a long outage)."""
 
 
+def cron_problem(expr: object) -> str | None:
+    """Why croniter refuses ``expr`` (its own words), or None when it is a valid expression."""
+    if not isinstance(expr, str):
+        return f"expected a string, not {type(expr).__name__}"
+    try:
+        croniter(expr)
+    except Exception as exc:  # croniter raises several types; its message is the reason
+        return str(exc) or type(exc).__name__
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
     """When and how a task fires periodically.
@@ -80,8 +91,11 @@ class Schedule:
         if (self.cron is None) == (self.every is None):
             raise ConfigError(f"schedule {self.name!r}: give exactly one of cron= or every=")
         if self.cron is not None:
-            if not isinstance(self.cron, str) or not croniter.is_valid(self.cron):
-                raise ConfigError(f"schedule {self.name!r}: invalid cron expression {self.cron!r}")
+            problem = cron_problem(self.cron)
+            if problem:
+                raise ConfigError(
+                    f"schedule {self.name!r}: invalid cron expression {self.cron!r}: {problem}"
+                )
         else:
             every = self.every
             if isinstance(every, timedelta):
@@ -119,11 +133,13 @@ class Schedule:
 
     @property
     def spec(self) -> str:
+        """When it fires, as text: ``cron 0 * * * * (UTC)`` or ``every 30s``."""
         if self.cron is not None:
             return f"cron {self.cron} ({self.tz})"
         return f"every {_format_seconds(self.every or 0)}"
 
     def to_json(self) -> str:
+        """The definition as stored for a runtime schedule (``from_json`` reads it)."""
         return json.dumps(
             {
                 "name": self.name, "task": self.task, "queue": self.queue,

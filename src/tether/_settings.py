@@ -6,6 +6,7 @@ seconds. Every error names the setting and the value that was refused.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -59,6 +60,24 @@ def check_priority(value: str) -> str:
     return value
 
 
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9\-.]{0,252})?$")
+
+
+def check_host(name: str, value: object) -> str:
+    """An address to listen on: an IPv4 or IPv6 address, or a host name (no port)."""
+    if isinstance(value, str) and value:
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            if _HOST_RE.match(value):
+                return value
+    raise ConfigError(
+        f"{name}={value!r}: expected an address to listen on (127.0.0.1, 0.0.0.0, ::1 or a "
+        "host name), without a port"
+    )
+
+
 def default_consumer_name() -> str:
     """host-pid-random: unique among live workers, readable in XINFO CONSUMERS."""
     host = socket.gethostname().split(".")[0] or "host"
@@ -104,6 +123,9 @@ class WorkerSettings:
             burst mode).
         health_file: a file whose modification time the heartbeat updates after each
             successful lease renewal, for liveness probes.
+        metrics_port: serve Prometheus metrics on this port at /metrics while the worker
+            runs (needs the metrics extra; 0 picks a free port). Default: no metrics.
+        metrics_bind: the address the metrics server listens on.
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -123,6 +145,8 @@ class WorkerSettings:
     scheduler: bool = True
     connect_timeout: float | None = None
     health_file: str | None = None
+    metrics_port: int | None = None
+    metrics_bind: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         queues = self.queues
@@ -183,6 +207,14 @@ class WorkerSettings:
             not isinstance(self.health_file, str) or not self.health_file
         ):
             raise ConfigError(f"health_file={self.health_file!r}: expected a file path")
+        self._check_metrics()
+
+    def _check_metrics(self) -> None:
+        if self.metrics_port is not None:
+            port = _positive_int("metrics_port", self.metrics_port, 0)
+            if port > 65535:
+                raise ConfigError(f"metrics_port={port}: a port is 0 to 65535")
+        check_host("metrics_bind", self.metrics_bind)
 
     @property
     def give_up_after(self) -> float | None:

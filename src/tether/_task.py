@@ -19,6 +19,7 @@ from ._config import TaskConfig, check_retries, check_timeout
 from ._enqueue import CallOptions, Plan
 from ._errors import ConfigError, EnqueueError
 from ._handle import TaskHandle
+from ._limits import check_limit_key
 from ._settings import check_name, check_priority, seconds
 
 if TYPE_CHECKING:
@@ -135,13 +136,15 @@ class Task(Generic[P, R]):
         timeout: float | timedelta | None = None,
         retries: int | None = None,
         store_result: bool | None = None,
+        limit_key: str | None = None,
     ) -> Task[P, R]:
         """This task with per-call options. They never collide with the task's own
         arguments, because they are given here and not to :meth:`enqueue`.
 
         ``delay`` (seconds or timedelta) and ``at`` (a timezone-aware datetime) run the task
         later; ``key`` enqueues at most one task per key while one is queued, scheduled or
-        running, and ``key_ttl`` keeps the key that long after it finished.
+        running, and ``key_ttl`` keeps the key that long after it finished. ``limit_key``
+        ("tenant:42") puts the task under its declared per-key limits for that key.
         """
         changes: dict[str, Any] = _timing_changes(self.name, delay, at)
         if queue is not None:
@@ -160,6 +163,8 @@ class Task(Generic[P, R]):
             changes["retries"] = check_retries(retries, self.name)
         if store_result is not None:
             changes["store_result"] = bool(store_result)
+        if limit_key is not None:
+            changes["limit_key"] = check_limit_key(self.name, limit_key)
         return Task(self.app, self.fn, self.config, replace(self._call_options, **changes))
 
     # -- enqueue --------------------------------------------------------------------------
@@ -188,8 +193,7 @@ class Task(Generic[P, R]):
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """:meth:`enqueue` for code without an event loop (Django, Flask, scripts): the same
         commands on the app's blocking client. Thread-safe."""
-        handles = _enqueue.enqueue_sync(self.app, self, self.plan, [(args, kwargs)], "enqueue_sync")
-        return handles[0]
+        return _enqueue.enqueue_one_sync(self.app, self, self.plan, args, kwargs)
 
     def enqueue_many_sync(self, calls: Iterable[tuple[Any, ...] | TaskCall]) -> list[TaskHandle[R]]:
         """:meth:`enqueue_many`, blocking."""

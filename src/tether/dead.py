@@ -1,5 +1,9 @@
 """The dead-letter stream of a queue: list, show, retry, purge.
 
+Entries are named by their entry id (``1700000000000-0``, as ``list`` shows them) or by the
+task id the application kept (``default:2-1700000000000-0``, ``default:9f2c…``): the
+newest entry of that task is shown or retried, and every entry of it purged.
+
 Tasks land here when they fail after their last retry (status ``failed``), when their
 payload cannot be run (``dead``: undecodable, unknown version, unknown task) and when they
 killed too many workers (``dead``: quarantined). The stream is capped at the app's
@@ -8,34 +12,79 @@ killed too many workers (``dead``: quarantined). The stream is capped at the app
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
+
 from ._envelope import BadEnvelope, Envelope
-from ._errors import TaskNotFound, TetherError
+from ._errors import ConfigError, TaskNotFound, TetherError
 from ._handle import TaskHandle
+from ._keys import queue_of_task_id
 from ._redis import text
-from .scripts import dead_retry
+from .admin._models import Page
+from .scripts import Call, dead_retry
 
 if TYPE_CHECKING:
     from ._core import Core
 
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+_PAGE = 1000
+SCAN_BUDGET = 1000
+"""Entries a filtered page or a bulk call reads at most: it returns a cursor to go on."""
+
+
+_BULK_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20})~(\d{1,20}-\d{1,20})$")
+
+
+def _bulk_cursor(cursor: str) -> tuple[str, str]:
+    match = _BULK_CURSOR.match(cursor) if isinstance(cursor, str) else None
+    if match is None:
+        raise ConfigError(
+            f"cursor {cursor!r} is not the cursor of a bulk call (<entry id>~<entry id>: pass "
+            "back the cursor the previous call returned)"
+        )
+    return match.group(1), match.group(2)
 
 
 def check_entry_id(entry_id: str) -> str:
     """A stream entry id (``1700000000000-0``), or a ConfigError naming the bad value."""
-    from ._errors import ConfigError
-
-    if not isinstance(entry_id, str) or not _ENTRY_ID.match(entry_id):
+    if not is_entry_id(entry_id):
         raise ConfigError(
             f"{entry_id!r} is not a dead-letter entry id (expected millis-seq, for example "
             "1700000000000-0; `tether dead list` shows them)"
         )
     return entry_id
+
+
+def is_entry_id(value: object) -> bool:
+    return isinstance(value, str) and bool(_ENTRY_ID.match(value))
+
+
+def is_task_id(value: object) -> bool:
+    """Looks like a task id: ``<queue>:<stream>-<entry id>`` or ``<queue>:<32 hex>``."""
+    if not isinstance(value, str):
+        return False
+    try:
+        queue_of_task_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+def check_reference(value: str) -> str:
+    """An entry id or a task id, or a ConfigError naming both forms."""
+    if is_entry_id(value) or is_task_id(value):
+        return value
+    raise ConfigError(
+        f"{value!r} is neither a dead-letter entry id (such as 1700000000000-0) nor a task id "
+        "(such as default:2-1700000000000-0 or default:<32 hex digits>); `tether dead list` "
+        "shows both"
+    )
 
 
 @dataclass(frozen=True)
@@ -54,6 +103,7 @@ class DeadLetter:
     stream: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as JSON-ready values (``tether dead list --json`` prints them)."""
         return {
             "entry_id": self.entry_id,
             "task_id": self.task_id,
@@ -68,6 +118,19 @@ class DeadLetter:
         }
 
 
+@dataclass(frozen=True)
+class Bulk:
+    """What one bulk call did. Call again with ``cursor`` until it is None."""
+
+    done: list[str]
+    """The entries retried or purged."""
+    failed: dict[str, str]
+    """Entries that could not be retried: entry id -> why."""
+    handles: dict[str, str] = field(default_factory=dict)
+    """Retried entries: entry id -> the task id queued again."""
+    cursor: str | None = None
+
+
 class DeadLetters:
     """The dead-letter stream of one queue. Get one with ``app.dead_letters(queue)``."""
 
@@ -77,9 +140,11 @@ class DeadLetters:
         self.keys = app.keys(queue)
 
     async def count(self) -> int:
+        """The entries in the stream now."""
         return int(await self.app.client.xlen(self.keys.dead))
 
     async def list(self, count: int = 100, newest_first: bool = True) -> list[DeadLetter]:
+        """Up to ``count`` entries, newest first unless ``newest_first`` is False."""
         client = self.app.client
         rows: Any
         if newest_first:
@@ -88,56 +153,241 @@ class DeadLetters:
             rows = await client.xrange(self.keys.dead, count=count)
         return [self._parse(entry_id, fields) for entry_id, fields in rows]
 
-    async def show(self, entry_id: str) -> DeadLetter:
-        check_entry_id(entry_id)
-        rows: Any = await self.app.client.xrange(self.keys.dead, entry_id, entry_id)
-        if not rows:
-            raise TaskNotFound(f"no dead-letter entry {entry_id} in queue {self.queue!r}")
-        return self._parse(*rows[0])
+    async def show(self, ref: str) -> DeadLetter:
+        """The entry ``ref`` names: an entry id, or a task id (its newest entry)."""
+        if is_entry_id(ref):
+            rows: Any = await self.app.client.xrange(self.keys.dead, ref, ref)
+            if not rows:
+                raise TaskNotFound(f"no dead-letter entry {ref} in queue {self.queue!r}")
+            return self._parse(*rows[0])
+        letters = await self.find(ref)
+        if not letters:
+            raise TaskNotFound(f"no dead-letter entry of task {ref} in queue {self.queue!r}")
+        return letters[0]
 
-    async def retry(self, entry_id: str) -> TaskHandle[Any]:
-        """Enqueue the original payload again as a fresh attempt (attempt 1, same task id)."""
-        letter = await self.show(entry_id)
+    async def find(self, task_id: str) -> builtins.list[DeadLetter]:
+        """The entries of the task ``task_id``, newest first (applications keep task ids,
+        not entry ids). Reads the stream page by page: it is capped at
+        ``dead_letter_maxlen`` entries."""
+        self._check_task_id(task_id)
+        found: builtins.list[DeadLetter] = []
+        wanted = task_id.encode()
+        end = "+"
+        while True:
+            rows: Any = await self.app.client.xrevrange(self.keys.dead, end, "-", count=_PAGE)
+            for entry_id, fields in rows:
+                if fields.get(b"id") == wanted:
+                    found.append(self._parse(entry_id, fields))
+            if len(rows) < _PAGE:
+                return found
+            end = "(" + text(rows[-1][0])
+
+    def _check_task_id(self, task_id: str) -> None:
+        if not is_task_id(task_id):
+            check_reference(task_id)
+        queue = queue_of_task_id(task_id)
+        if queue != self.queue:
+            raise ConfigError(
+                f"task {task_id} belongs to queue {queue!r}, not {self.queue!r}: its dead "
+                f"letters are in dead_letters({queue!r}) (`tether dead ... --queue {queue}`)"
+            )
+
+    async def retry(self, ref: str) -> TaskHandle[Any]:
+        """Enqueue the original payload again as a fresh attempt (attempt 1, same task id).
+        ``ref`` is an entry id, or a task id (its newest entry is retried)."""
+        letter = await self.show(ref)
+        call, task_id = self._retry_call(letter)
+        if await call.run(self.app.client) is None:
+            raise TaskNotFound(f"dead-letter entry {letter.entry_id} was removed meanwhile")
+        return TaskHandle(self.app, task_id, self.queue)
+
+    def _retry_call(self, letter: DeadLetter) -> tuple[Call[str | None], str]:
         try:
             env = Envelope.decode(letter.payload, self.app.serializer)
         except BadEnvelope as bad:
             raise TetherError(
-                f"dead-letter entry {entry_id} cannot be retried: {bad.reason}"
+                f"dead-letter entry {letter.entry_id} cannot be retried: {bad.reason}"
             ) from None
         env.attempt = 1
         env.id = env.id or letter.task_id  # a plain enqueue's id was derived from its entry
         sidx = (
             self.keys.streams.index(letter.stream) + 1 if letter.stream in self.keys.streams else 2
         )
-        reply = await dead_retry(
-            self.keys, entry_id, sidx, env.id, env.encode(self.app.serializer)
-        ).run(self.app.client)
-        if reply is None:
-            raise TaskNotFound(f"dead-letter entry {entry_id} was removed meanwhile")
-        return TaskHandle(self.app, env.id, self.queue)
+        call = dead_retry(self.keys, letter.entry_id, sidx, env.id, env.encode(self.app.serializer))
+        return call, env.id
 
-    async def purge(self, entry_ids: Sequence[str] | None = None) -> int:
-        """Delete the given entries, or every entry when none are given."""
+    async def purge(self, refs: Sequence[str] | None = None) -> int:
+        """Delete the named entries (entry ids, or task ids: all of that task's entries), or
+        every entry when none are given. Returns how many were deleted."""
         client = self.app.client
-        if entry_ids is None:
+        if refs is None:
             n = await self.count()
             await client.delete(self.keys.dead)
             return n
+        for ref in refs:
+            check_reference(ref)
+        entry_ids: builtins.list[str] = []
+        for ref in refs:
+            if is_entry_id(ref):
+                entry_ids.append(ref)
+            else:
+                entry_ids += [letter.entry_id for letter in await self.find(ref)]
         if not entry_ids:
             return 0
+        return int(await client.xdel(self.keys.dead, *entry_ids))
+
+    # -- pages and bulk calls: each reads at most SCAN_BUDGET entries --------------------
+
+    async def page(
+        self, cursor: str | None = None, limit: int = 50, task: str | None = None
+    ) -> Page[DeadLetter]:
+        """Newest first, ``limit`` at a time after ``cursor`` (an entry id); with ``task``,
+        only that task's letters. A filtered page reads at most SCAN_BUDGET entries, so
+        it may hold fewer than ``limit`` while its cursor is not None."""
+        found, next_cursor = await self._matching(task, cursor, limit, newest_first=True)
+        return Page(found, next_cursor)
+
+    async def retry_many(self, entry_ids: Sequence[str]) -> Bulk:
+        """Retry these entries (at most SCAN_BUDGET); those gone or unreadable say why."""
         for entry_id in entry_ids:
             check_entry_id(entry_id)
-        return int(await client.xdel(self.keys.dead, *entry_ids))
+        if len(entry_ids) > SCAN_BUDGET:
+            raise ConfigError(f"at most {SCAN_BUDGET} entries in one call")
+        letters: builtins.list[DeadLetter] = []
+        failed: dict[str, str] = {}
+        if entry_ids:
+            pipe: Any = self.app.client.pipeline(transaction=False)
+            for entry_id in entry_ids:
+                pipe.xrange(self.keys.dead, entry_id, entry_id)
+            for entry_id, rows in zip(entry_ids, await pipe.execute(), strict=True):
+                if rows:
+                    letters.append(self._parse(*rows[0]))
+                else:
+                    failed[entry_id] = f"no dead-letter entry {entry_id} in queue {self.queue!r}"
+        bulk = await self._retry_letters(letters)
+        bulk.failed.update(failed)
+        return bulk
+
+    async def retry_matching(
+        self, task: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> Bulk:
+        """Retry up to ``limit`` entries of ``task`` (every task when None), oldest first;
+        call again with the returned cursor until it is None."""
+        found, next_cursor = await self._matching(task, cursor, limit)
+        bulk = await self._retry_letters(found)
+        return Bulk(bulk.done, bulk.failed, bulk.handles, next_cursor)
+
+    async def purge_matching(
+        self, task: str | None = None, cursor: str | None = None, limit: int = 500
+    ) -> Bulk:
+        """Delete up to ``limit`` entries of ``task`` (every task when None), oldest first;
+        call again with the returned cursor until it is None."""
+        found, next_cursor = await self._matching(task, cursor, limit)
+        ids = [d.entry_id for d in found]
+        if ids:
+            await self.app.client.xdel(self.keys.dead, *ids)
+        return Bulk(ids, {}, {}, next_cursor)
+
+    async def _retry_letters(self, letters: Sequence[DeadLetter]) -> Bulk:
+        """One pipelined script call per letter (the script is loaded by the first)."""
+        failed: dict[str, str] = {}
+        calls: builtins.list[tuple[DeadLetter, Call[str | None], str]] = []
+        for letter in letters:
+            try:
+                call, task_id = self._retry_call(letter)
+            except TetherError as exc:
+                failed[letter.entry_id] = str(exc)
+                continue
+            calls.append((letter, call, task_id))
+        replies: builtins.list[Any] = []
+        if calls:
+            first = calls[0][1]
+            replies.append(await first.run(self.app.client))
+            if len(calls) > 1:
+                pipe: Any = self.app.client.pipeline(transaction=False)
+                for _, call, _ in calls[1:]:
+                    pipe.execute_command(*call.evalsha)
+                for (_, call, _), raw in zip(
+                    calls[1:], await pipe.execute(raise_on_error=False), strict=True
+                ):
+                    if isinstance(raw, ResponseError) and "NOSCRIPT" in str(raw):
+                        replies.append(await call.run(self.app.client))
+                    elif isinstance(raw, BaseException):
+                        raise raw
+                    else:
+                        replies.append(call.parse(raw))
+        done: builtins.list[str] = []
+        handles: dict[str, str] = {}
+        for (letter, _, task_id), reply in zip(calls, replies, strict=True):
+            if reply is None:
+                failed[letter.entry_id] = (
+                    f"dead-letter entry {letter.entry_id} was removed meanwhile"
+                )
+            else:
+                done.append(letter.entry_id)
+                handles[letter.entry_id] = task_id
+        return Bulk(done, failed, handles)
+
+    async def _matching(
+        self, task: str | None, cursor: str | None, limit: int, newest_first: bool = False
+    ) -> tuple[builtins.list[DeadLetter], str | None]:
+        """Up to ``limit`` letters of ``task`` (all when None) after ``cursor``, reading at
+        most SCAN_BUDGET entries; the cursor to go on, None at the end.
+
+        Newest first (a page), the cursor is the last entry read. Oldest first (a bulk
+        call), it is ``<last read>~<last entry when the first call began>``: letters that
+        arrive meanwhile (a retried task that failed again) are not taken up by the same
+        run of calls."""
+        client = self.app.client
+        key = self.keys.dead
+        until = "+"
+        if newest_first:
+            position = None if cursor is None else check_entry_id(cursor)
+        elif cursor is None:
+            rows: Any = await client.xrevrange(key, "+", "-", count=1)
+            if not rows:
+                return [], None
+            position, until = None, text(rows[0][0])
+        else:
+            position, until = _bulk_cursor(cursor)
+        found: builtins.list[DeadLetter] = []
+        read = 0
+        chunk = limit
+        while len(found) < limit and read < SCAN_BUDGET:
+            # A filter reads more as it finds less: a page of a common task costs a page.
+            chunk = min(SCAN_BUDGET - read, chunk if not read else chunk * 2)
+            if newest_first:
+                end = "+" if position is None else "(" + position
+                rows = await client.xrevrange(key, end, "-", count=chunk)
+            else:
+                start = "-" if position is None else "(" + position
+                rows = await client.xrange(key, start, until, count=chunk)
+            read += len(rows)
+            for entry_id, fields in rows:
+                position = text(entry_id)
+                if task is None or self._task_of(fields) == task:
+                    found.append(self._parse(entry_id, fields))
+                    if len(found) == limit:
+                        break
+            if len(rows) < chunk and len(found) < limit:
+                return found, None
+        if position is None or (not newest_first and position == until):
+            return found, None
+        return found, position if newest_first else f"{position}~{until}"
+
+    def _task_of(self, fields: dict[bytes, bytes]) -> str:
+        """The task name in a letter's payload ('' when it cannot be read)."""
+        try:
+            decoded = self.app.serializer.loads(fields.get(b"m", b""))
+        except Exception:
+            return ""
+        if isinstance(decoded, dict) and isinstance(decoded.get("task"), str):
+            return str(decoded["task"])
+        return ""
 
     def _parse(self, entry_id: Any, fields: dict[bytes, bytes]) -> DeadLetter:
         payload = fields.get(b"m", b"")
-        task = ""
-        try:
-            decoded = self.app.serializer.loads(payload)
-            if isinstance(decoded, dict) and isinstance(decoded.get("task"), str):
-                task = decoded["task"]
-        except Exception:
-            task = ""
+        task = self._task_of(fields)
         error: dict[str, Any] = {}
         raw_error = fields.get(b"error")
         if raw_error:

@@ -1,14 +1,21 @@
-"""`tether demo`: a server, worker processes, a batch of tasks, and the throughput."""
+"""`tether demo`: a server, worker processes, a batch of tasks, and the throughput; with
+``--web``, the dashboard of the demo's namespace while it runs, and after the batch until
+it is interrupted (a trickle of tasks keeps its charts moving)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import secrets
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import redis
 from rich.console import Console
@@ -21,7 +28,26 @@ from ._errors import TetherError
 console = Console(stderr=False)
 
 
-def run_demo(*, url: str | None, workers: int, tasks: int, concurrency: int, timeout: float) -> int:
+@dataclass(frozen=True)
+class WebOptions:
+    """Where ``tether demo --web`` serves the dashboard, and its token."""
+
+    host: str
+    port: int
+    token: str
+    fallback: bool = True
+    """Take a free port when ``port`` is in use (the default address, not one asked for)."""
+
+
+def run_demo(
+    *,
+    url: str | None,
+    workers: int,
+    tasks: int,
+    concurrency: int,
+    timeout: float,
+    web: WebOptions | None = None,
+) -> int:
     server: EmbeddedServer | None = None
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -60,13 +86,24 @@ def run_demo(*, url: str | None, workers: int, tasks: int, concurrency: int, tim
         console.print(
             f"started {workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}"
         )
-        return asyncio.run(_drive(url, namespace, tasks, procs, timeout))
+        if web is None:
+            return asyncio.run(_drive(url, namespace, tasks, procs, timeout))
+        with _dashboard(url, namespace, web):
+            code = asyncio.run(_drive(url, namespace, tasks, procs, timeout))
+            if code == 0:
+                console.print(
+                    "the dashboard stays up, with a trickle of tasks: press Ctrl-C to stop"
+                )
+                with contextlib.suppress(KeyboardInterrupt):
+                    asyncio.run(_trickle(url, namespace, procs))
+            return code
     finally:
         for proc in procs:
             stop_process(proc, wait=15)
         if server is not None:
+            pid = server.pid  # cleanup() forgets the process
             server.cleanup()
-            console.print(f"stopped the embedded server (pid {server.pid or 'gone'})")
+            console.print(f"stopped the embedded server (pid {pid})")
 
 
 async def _drive(
@@ -135,3 +172,68 @@ async def _drive(
     table.add_row("throughput", f"{total / (finished - started):,.0f} tasks/s")
     console.print(table)
     return 0
+
+
+# -- --web: the dashboard of the demo's namespace --------------------------------------------
+
+
+def _listen(web: WebOptions) -> socket.socket:
+    family = socket.AF_INET6 if ":" in web.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((web.host, web.port))
+    except OSError:
+        if not web.fallback:
+            sock.close()
+            raise
+        sock.bind((web.host, 0))  # the default port is taken: any free one
+    return sock
+
+
+@contextlib.contextmanager
+def _dashboard(url: str, namespace: str, web: WebOptions) -> Iterator[None]:
+    """Serve the dashboard with uvicorn in a thread of this process until the block ends."""
+    import uvicorn
+
+    from . import Tether
+    from .web import create_app
+
+    sock = _listen(web)
+    app = Tether(url, namespace=namespace)
+    config = uvicorn.Config(create_app(app, token=web.token), log_level="warning")
+    server = uvicorn.Server(config)
+    # A thread, not the main one: uvicorn leaves the signals to the demo.
+    thread = threading.Thread(
+        target=lambda: asyncio.run(server.serve(sockets=[sock])), name="dashboard", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"dashboard: http://{shown}:{port}/", soft_wrap=True)
+    console.print(f"dashboard token: {web.token}", soft_wrap=True)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+async def _trickle(url: str, namespace: str, procs: list[subprocess.Popen[bytes]]) -> None:
+    """A few tasks a second (some of them for later), until interrupted or a worker exits."""
+    from . import Tether, demo_app
+
+    app = Tether(url, namespace=namespace)  # the batch's app is closed: one for this loop
+    greet = app.by_name(demo_app.greet.name, queue="demo")
+    async with app:
+        n = 0
+        while all(p.poll() is None for p in procs):
+            await greet.enqueue_many([(f"visitor-{n + i}",) for i in range(20)])
+            if n % 200 == 0:
+                await greet.options(delay=120).enqueue(f"later-{n}")
+            n += 20
+            await asyncio.sleep(1)

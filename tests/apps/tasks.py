@@ -45,6 +45,13 @@ async def record(tag: str) -> str:
     return tag
 
 
+@app.task
+async def headers(tag: str) -> dict[str, str]:
+    """Returns the headers the producer's middleware sent with the task."""
+    await _note(runs_key(), tag)
+    return dict(current_task().headers)
+
+
 @app.task(queue="other")
 async def record_other(tag: str) -> str:
     await _note(runs_key(), tag)

@@ -1,18 +1,23 @@
-"""``tether dead``: list, show, retry and purge a queue's dead letters."""
+"""``tether dead``: list, show, retry and purge a queue's dead letters.
+
+Entries are named by entry id (as ``list`` shows them) or by task id (as applications keep
+them); a task id names its queue, so ``--queue`` may be left out."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 from rich.table import Table
 
 from ._common import F, connection_options, console, open_app, run
 
 if TYPE_CHECKING:
     from .._app import Tether
+    from ..dead import DeadLetter
 
 # `dead show` prints payloads up to this many characters unless --full is given: a 10 MB
 # payload would bury the reason and the traceback.
@@ -20,7 +25,13 @@ SHOWN_PAYLOAD = 2000
 
 
 def queue_options(fn: F) -> F:
-    fn = click.option("-q", "--queue", default="default", show_default=True, help="The queue.")(fn)
+    fn = click.option(
+        "-q",
+        "--queue",
+        default="default",
+        show_default=True,
+        help="The queue (a task id names its own).",
+    )(fn)
     return app_option(fn)
 
 
@@ -30,9 +41,26 @@ def app_option(fn: F) -> F:
         "app_spec",
         default=None,
         metavar="APP",
-        help="module:attribute of your app (for its serializer and URL); optional.",
+        help="module:attribute of your app: its URL, namespace and serializer are used "
+        "(--url and --namespace win over them).",
     )(fn)
     return connection_options(fn)
+
+
+def id_table(ids: dict[str, list[str]], columns: tuple[str, ...]) -> Table:
+    """A table whose id columns never fold: an id must stay copyable whole."""
+    table = Table()
+    for column in columns:
+        if column in ids:
+            width = max((len(v) for v in ids[column]), default=0)
+            table.add_column(column, no_wrap=True, min_width=max(width, len(column)))
+        else:
+            table.add_column(column, overflow="fold")
+    return table
+
+
+def describe_where(app: Tether) -> str:
+    return f"namespace {app.namespace!r} on {app.target.redacted}"
 
 
 @click.group()
@@ -64,106 +92,187 @@ def dead_list(
         for letter in entries:
             click.echo(json.dumps(letter.to_dict()))
         return
-    table = Table(title=f"dead letters of queue {queue!r}: {total} in all")
-    for column in ("entry", "at (UTC)", "status", "task", "task id", "reason"):
-        table.add_column(column, overflow="fold")
-    for letter in entries:
-        at = letter.at.strftime("%Y-%m-%d %H:%M:%S") if letter.at else ""
-        table.add_row(
-            letter.entry_id, at, letter.status, letter.task, letter.task_id, letter.reason
+    click.echo(f"dead letters of queue {queue!r} ({describe_where(app)}): {total} in all")
+    rows = [
+        (
+            d.entry_id,
+            d.at.strftime("%Y-%m-%d %H:%M:%S") if d.at else "",
+            d.status,
+            d.task,
+            d.task_id,
+            d.reason,
         )
+        for d in entries
+    ]
+    columns = ("entry", "at (UTC)", "status", "task", "task id", "reason")
+    # The ids are kept whole (they are copied into other commands); the rest may fold.
+    table = id_table({"entry": [r[0] for r in rows], "task id": [r[4] for r in rows]}, columns)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
+
+
+def _queue_of(ctx: click.Context, queue: str, refs: tuple[str, ...]) -> str:
+    """The queue the references live in: ``--queue`` when typed, else the one the task ids
+    name (all the same), else the default."""
+    from .._keys import queue_of_task_id
+    from ..dead import check_reference, is_task_id
+
+    for ref in refs:
+        check_reference(ref)
+    named = {queue_of_task_id(r) for r in refs if is_task_id(r)}
+    if ctx.get_parameter_source("queue") == ParameterSource.COMMANDLINE or not named:
+        return queue
+    if len(named) > 1:
+        raise click.UsageError(
+            f"the task ids name several queues ({', '.join(sorted(named))}): one at a time"
+        )
+    return named.pop()
 
 
 @dead.command("show")
 @queue_options
-@click.argument("entry_id")
+@click.argument("ref", metavar="ENTRY_OR_TASK_ID")
 @click.option("--full", is_flag=True, help=f"Print the whole payload (else {SHOWN_PAYLOAD} chars).")
+@click.option("--json", "as_json", is_flag=True, help="Print the entry as one JSON document.")
+@click.pass_context
 def dead_show(
+    ctx: click.Context,
+    /,
     app_spec: str | None,
     queue: str,
     url: str | None,
     namespace: str | None,
-    entry_id: str,
+    ref: str,
     full: bool,
+    as_json: bool,
 ) -> None:
-    """Show one entry: reason, error, traceback and the original payload."""
+    """Show one entry (by entry id, or the newest of a task id): reason, error, the
+    traceback as it was printed, and the original payload."""
+    queue = _queue_of(ctx, queue, (ref,))
     app = open_app(app_spec, url, namespace)
-    letter = run(app, lambda a: a.dead_letters(queue).show(entry_id)).to_dict()
-    payload = letter["payload"]
+    letter = run(app, lambda a: a.dead_letters(queue).show(ref))
+    shown = letter.to_dict()
+    payload = shown["payload"]
     if not full and len(payload) > SHOWN_PAYLOAD:
-        letter["payload"] = payload[:SHOWN_PAYLOAD]
-        letter["payload_truncated"] = f"{len(payload)} characters in all; --full prints them"
-    click.echo(json.dumps(letter, indent=2))
+        shown["payload"] = payload[:SHOWN_PAYLOAD]
+        shown["payload_truncated"] = f"{len(payload)} characters in all; --full prints them"
+    if as_json:
+        click.echo(json.dumps(shown, indent=2))
+        return
+    _print_letter(letter, shown)
 
 
-def _report(
-    entry_ids: tuple[str, ...], work: Callable[[Tether, str], Any]
-) -> Callable[[Tether], Any]:
-    async def each(a: Tether) -> list[str]:
-        from .._errors import TetherError
-
-        out = []
-        for entry_id in entry_ids:
-            try:
-                out.append(f"{entry_id}: {await work(a, entry_id)}")
-            except TetherError as exc:
-                out.append(f"{entry_id}: {exc}")
-        return out
-
-    return each
+def _print_letter(letter: DeadLetter, shown: dict[str, Any]) -> None:
+    error = dict(letter.error)
+    trace = error.pop("traceback", "") or ""
+    rows = [
+        ("entry", letter.entry_id),
+        ("task id", letter.task_id),
+        ("task", letter.task),
+        ("status", letter.status),
+        ("reason", letter.reason),
+        ("at", f"{letter.at:%Y-%m-%d %H:%M:%S} UTC" if letter.at else ""),
+        ("deliveries", str(letter.deliveries)),
+        ("stream", letter.stream),
+    ]
+    if error.get("type") or error.get("message"):
+        rows.append(("error", f"{error.pop('type', '')}: {error.pop('message', '')}"))
+    rows += [(key, json.dumps(value)) for key, value in error.items()]
+    for key, value in rows:
+        click.echo(f"{key + ':':<12}{value}")
+    if trace:
+        click.echo("traceback:")
+        click.echo(trace.rstrip("\n"))
+    note = shown.get("payload_truncated")
+    click.echo(f"payload{f' ({note})' if note else ''}:")
+    click.echo(shown["payload"])
 
 
 @dead.command("retry")
 @queue_options
-@click.argument("entry_ids", nargs=-1)
+@click.argument("refs", nargs=-1, metavar="[ENTRY_OR_TASK_ID]...")
 @click.option("--all", "retry_all", is_flag=True, help="Retry every entry of the queue.")
+@click.pass_context
 def dead_retry(
+    ctx: click.Context,
+    /,
     app_spec: str | None,
     queue: str,
     url: str | None,
     namespace: str | None,
-    entry_ids: tuple[str, ...],
+    refs: tuple[str, ...],
     retry_all: bool,
 ) -> None:
-    """Enqueue entries again as fresh attempts (same task id) and remove them from here."""
-    if not entry_ids and not retry_all:
-        raise click.UsageError("name entry ids, or give --all")
+    """Enqueue entries again as fresh attempts (same task id) and remove them from here.
+    Exit status 1 when any of them could not be retried."""
+    from .._errors import TetherError
+
+    if not refs and not retry_all:
+        raise click.UsageError("name entry ids or task ids, or give --all")
+    queue = _queue_of(ctx, queue, refs)
     app = open_app(app_spec, url, namespace)
 
-    async def work(a: Tether) -> list[str]:
+    async def work(a: Tether) -> list[tuple[str, str, bool]]:
         letters = a.dead_letters(queue)
-        ids = entry_ids
+        names = refs
         if retry_all:
             listed = await letters.list(count=1_000_000, newest_first=False)
-            ids = tuple(d.entry_id for d in listed)
+            names = tuple(d.entry_id for d in listed)
+        out = []
+        for ref in names:
+            try:
+                handle = await letters.retry(ref)
+                out.append((ref, f"queued again as {handle.id}", True))
+            except TetherError as exc:
+                out.append((ref, str(exc), False))
+        return out
 
-        async def retry(_: Tether, entry_id: str) -> str:
-            handle = await letters.retry(entry_id)
-            return f"queued again as {handle.id}"
-
-        lines: list[str] = await _report(ids, retry)(a)
-        return lines
-
-    for line in run(app, work):
-        click.echo(line)
+    failed = 0
+    for ref, line, ok in run(app, work):
+        click.echo(f"{ref}: {line}", err=not ok)
+        failed += not ok
+    if failed:
+        sys.exit(1)
 
 
 @dead.command("purge")
 @queue_options
-@click.argument("entry_ids", nargs=-1)
+@click.argument("refs", nargs=-1, metavar="[ENTRY_OR_TASK_ID]...")
 @click.option("--yes", is_flag=True, help="Do not ask before deleting every entry.")
+@click.pass_context
 def dead_purge(
+    ctx: click.Context,
+    /,
     app_spec: str | None,
     queue: str,
     url: str | None,
     namespace: str | None,
-    entry_ids: tuple[str, ...],
+    refs: tuple[str, ...],
     yes: bool,
 ) -> None:
-    """Delete the named entries, or all of them."""
-    if not entry_ids and not yes:
+    """Delete the named entries (a task id: all of its entries), or all of them. Exit
+    status 1 when a named one was not found."""
+    queue = _queue_of(ctx, queue, refs)
+    if not refs and not yes:
         click.confirm(f"delete every dead-letter entry of queue {queue!r}?", abort=True)
     app = open_app(app_spec, url, namespace)
-    n = run(app, lambda a: a.dead_letters(queue).purge(list(entry_ids) or None))
-    click.echo(f"deleted {n} entries")
+
+    async def work(a: Tether) -> tuple[int, list[str]]:
+        letters = a.dead_letters(queue)
+        if not refs:
+            return await letters.purge(None), []
+        deleted, missing = 0, []
+        for ref in refs:
+            n = await letters.purge([ref])
+            deleted += n
+            if not n:
+                missing.append(ref)
+        return deleted, missing
+
+    deleted, missing = run(app, work)
+    click.echo(f"deleted {deleted} {'entry' if deleted == 1 else 'entries'}")
+    for ref in missing:
+        click.echo(f"{ref}: no such dead-letter entry in queue {queue!r}", err=True)
+    if missing:
+        sys.exit(1)

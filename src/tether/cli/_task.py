@@ -4,11 +4,33 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from ._common import open_app, run
-from ._dead import app_option
+from ._dead import app_option, describe_where
+
+if TYPE_CHECKING:
+    from .._app import Tether
+
+T = TypeVar("T")
+
+
+def _where_not_found(work: Callable[[Tether], Awaitable[T]]) -> Callable[[Tether], Awaitable[T]]:
+    """A task not found is looked for in a namespace on a server: the message says which, so
+    a forgotten --app or --namespace shows at once."""
+
+    async def wrapped(app: Tether) -> T:
+        from .._errors import TaskNotFound
+
+        try:
+            return await work(app)
+        except TaskNotFound as exc:
+            raise TaskNotFound(f"{exc} (looked in {describe_where(app)})") from None
+
+    return wrapped
 
 
 @click.group()
@@ -22,7 +44,7 @@ def task() -> None:
 def task_status(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
     """Print the task's status (queued, scheduled, running, succeeded, ...)."""
     app = open_app(app_spec, url, namespace)
-    click.echo(run(app, lambda a: a.handle(task_id).status()).value)
+    click.echo(run(app, _where_not_found(lambda a: a.handle(task_id).status())).value)
 
 
 @task.command("result")
@@ -47,7 +69,9 @@ def task_result(
 
     app = open_app(app_spec, url, namespace)
     try:
-        value = run(app, lambda a: a.handle(task_id).result(timeout=timeout or 0.001))
+        value = run(
+            app, _where_not_found(lambda a: a.handle(task_id).result(timeout=timeout or 0.001))
+        )
     except TaskFailed as failed:
         click.echo(f"{failed.status}: {failed.error_type}: {failed.error_message}", err=True)
         if failed.traceback:
@@ -66,7 +90,7 @@ def task_cancel(task_id: str, app_spec: str | None, url: str | None, namespace: 
     app = open_app(app_spec, url, namespace)
     from .._status import CancelResult
 
-    result = run(app, lambda a: a.handle(task_id).cancel())
+    result = run(app, _where_not_found(lambda a: a.handle(task_id).cancel()))
     click.echo(_CANCEL_MESSAGES[result])
     if result is CancelResult.NOT_CANCELLABLE:
         sys.exit(1)

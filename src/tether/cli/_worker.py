@@ -107,12 +107,14 @@ def worker(
     namespace: str | None,
     **values: Any,
 ) -> None:
-    """Run a worker for APP (module:attribute) until SIGTERM or SIGINT.
+    """Run a worker for APP (module:attribute, for example myapp.tasks:app) until SIGTERM or
+    SIGINT. Its URL and namespace come from the app (TETHER_URL and TETHER_NAMESPACE where
+    the app names none); --url and --namespace win over both.
 
     The first signal stops it gracefully (running tasks get --shutdown-grace seconds, the
     rest is handed back); a second one exits at once, and the lease hands what it held to
     other workers when it expires."""
-    from .._errors import ConfigError, ServerError
+    from .._errors import ConfigError
     from ..worker import Worker
 
     setup_logging(log_level)
@@ -121,10 +123,9 @@ def worker(
         runner = Worker(app, WorkerSettings(**explicit_settings(ctx, values)))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    try:
-        asyncio.run(run_until_signalled(runner))
-    except ServerError as exc:
-        raise click.ClickException(str(exc)) from None
+    # A wrong password, a missing permission or (in burst mode, or past --connect-timeout)
+    # an unreachable server ends here with one line and exit status 1.
+    asyncio.run(run_until_signalled(runner))
 
 
 async def run_until_signalled(runner: Any, on_second: Callable[[], None] | None = None) -> None:

@@ -3,6 +3,8 @@ scheduler pass: add, remove, pause, resume, trigger, list, and who leads."""
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -103,7 +105,8 @@ class Schedules:
         run_at_startup: bool = False,
         grace: float = 5.0,
     ) -> Schedule:
-
+        """The :class:`Schedule` these options make for ``task``, checked but stored nowhere
+        (what ``@app.periodic`` and :meth:`add` record)."""
         if not isinstance(task, Task):
             raise ConfigError(
                 f"{task!r} is not a task: apply @app.periodic on top of @app.task, or pass a task"
@@ -161,6 +164,7 @@ class Schedules:
         await self.app.client.incr(self.keys.version)
 
     async def resume(self, name: str) -> None:
+        """Let a paused schedule fire again, from its next tick."""
         await self._get(name)
         await self.app.client.srem(self.keys.paused, name)
         await self.app.client.incr(self.keys.version)
@@ -183,6 +187,7 @@ class Schedules:
         return None if raw is None else text(raw)
 
     async def all(self) -> list[Schedule]:
+        """Every schedule: those declared in code, then those added at runtime."""
         runtime = (await load_runtime(self.app, self.keys)).schedules
         declared = list(self.app.declared_schedules)
         names = {s.name for s in declared}
@@ -190,6 +195,31 @@ class Schedules:
 
     async def list(self, now: datetime | None = None) -> list[ScheduleInfo]:
         """Every schedule with its next run, last run and last outcome."""
+        return await self._infos(await self.all(), now)
+
+    async def page(
+        self, cursor: str | None = None, limit: int = 50, now: datetime | None = None
+    ) -> tuple[builtins.list[ScheduleInfo], str | None]:
+        """Schedules in name order, ``limit`` after ``cursor`` (a name), and the cursor of
+        the next page (None at the end). The definitions are read whole (schedules are
+        few); the state of the page's schedules only."""
+        ordered = sorted(await self.all(), key=lambda s: s.name)
+        if cursor is not None:
+            ordered = [s for s in ordered if s.name > cursor]
+        chosen = ordered[:limit]
+        more = len(ordered) > limit
+        return await self._infos(chosen, now), chosen[-1].name if chosen and more else None
+
+    async def get(self, name: str) -> Schedule | None:
+        """The schedule named ``name`` (declared or added at runtime), or None."""
+        for schedule in await self.all():
+            if schedule.name == name:
+                return schedule
+        return None
+
+    async def _infos(
+        self, schedules: Sequence[Schedule], now: datetime | None
+    ) -> builtins.list[ScheduleInfo]:
         from .._errors import TaskNotFound
 
         now = now or datetime.now(timezone.utc)
@@ -198,16 +228,19 @@ class Schedules:
         paused = (await load_runtime(self.app, self.keys)).paused
         raw_errors: Any = await self.app.client.hgetall(self.keys.errors)
         errors = {text(k): text(v) for k, v in raw_errors.items()}
-        out: list[ScheduleInfo] = []
-        for schedule in await self.all():
+        out: builtins.list[ScheduleInfo] = []
+        for schedule in schedules:
             raw: Any = await self.app.client.hget(
                 self.app.keys(schedule.queue).schedules, schedule.name
             )
             last_tick = last_id = None
             if raw:
                 tick_text, _, last_id = text(raw).partition("|")
-                last_tick = int(tick_text)
-                last_id = last_id or None
+                try:
+                    last_tick = int(tick_text)
+                except ValueError:  # a malformed marker: the scheduler reports it (`error`)
+                    last_tick = None
+                last_id = (last_id or None) if last_tick is not None else None
             outcome = None
             if last_id:
                 try:
@@ -234,10 +267,10 @@ class Schedules:
         return (await load_runtime(self.app, self.keys)).invalid
 
     async def _get(self, name: str) -> Schedule:
-        for schedule in await self.all():
-            if schedule.name == name:
-                return schedule
-        raise ConfigError(f"no schedule named {name!r}")
+        schedule = await self.get(name)
+        if schedule is None:
+            raise ConfigError(f"no schedule named {name!r}")
+        return schedule
 
 
 def _dt(ms: int | None) -> datetime | None:

@@ -75,6 +75,7 @@ class Scheduler:
 
     @property
     def client(self) -> AsyncClient:
+        """The connection it uses: its own when given one, else the app's."""
         return self._client if self._client is not None else self.app.client
 
     # -- running ------------------------------------------------------------------------

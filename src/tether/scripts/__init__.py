@@ -57,6 +57,7 @@ from ._script import (
     TICK,
     Call,
     Script,
+    refused_in_script,
 )
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "lead",
     "promote",
     "prune",
+    "refused_in_script",
     "release",
     "renew",
     "settle",

@@ -176,15 +176,22 @@ class SettleReply(NamedTuple):
     """Entries no longer pending (settled by an earlier attempt whose reply was lost, or
     lost with the server's data)."""
     settled: int
+    forged: set[bytes]
+    """Entries whose task id the index binds to another entry: dead-lettered instead."""
 
 
 def _parse_settle(reply: Any) -> SettleReply:
-    taken_flat, gone, settled = reply
+    taken_flat, gone, settled, forged = reply
     taken = {
         _optional_bytes(taken_flat[i]) or b"": _text(taken_flat[i + 1])
         for i in range(0, len(taken_flat), 2)
     }
-    return SettleReply(taken, {_optional_bytes(g) or b"" for g in gone}, int(settled))
+    return SettleReply(
+        taken,
+        {_optional_bytes(g) or b"" for g in gone},
+        int(settled),
+        {_optional_bytes(f) or b"" for f in forged},
+    )
 
 
 def settle(
@@ -278,9 +285,14 @@ def claim(
     return Call(CLAIM, script_keys, args, _parse_claimed)
 
 
-def start(stream: str, consumer: str, entry_id: bytes) -> Call[int]:
-    """Count a start of a reclaimed entry; 0 when this consumer no longer owns it."""
-    return Call(START, [stream], [GROUP, consumer, entry_id], int)
+def start(stream: str, consumer: str, entry_id: bytes, seen: int | None = None) -> Call[int]:
+    """Count a start of a reclaimed entry; 0 when this consumer no longer owns it. With
+    ``seen``, the delivery count this consumer saw when it took the entry, a call sent again
+    after its reply was lost counts once."""
+    args: list[Arg] = [GROUP, consumer, entry_id]
+    if seen is not None:
+        args.append(seen)
+    return Call(START, [stream], args, int)
 
 
 def handoff(stream: str, consumer: str, items: Sequence[tuple[bytes, bool]]) -> Call[int]:

@@ -4,6 +4,7 @@ parser of its reply) that runs on an asyncio or a blocking client alike."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -18,15 +19,36 @@ Arg = str | bytes | int | float
 T = TypeVar("T")
 
 
+_KNOWN: dict[str, Script] = {}
+"""Every script, by SHA1: an error names the script by it."""
+_SCRIPT_LINE = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
+_CALL = re.compile(r"redis\.p?call\(\s*'(\w+)'(?:\s*,\s*'([A-Za-z]+)')?")
+_WITH_SUBCOMMAND = {"xinfo", "xgroup", "client", "config", "object", "script"}
+
+
 class Script:
     """A Lua script from this folder, addressed by its SHA1."""
 
     __slots__ = ("name", "sha", "text")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, text: str | None = None) -> None:
+        """The script ``<name>.lua`` of this folder, or ``text`` under that name."""
         self.name = name
-        self.text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        if text is None:
+            text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        self.text = text
         self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+        _KNOWN[self.sha] = self
+
+    def command_at(self, line: int) -> str | None:
+        """The command the script calls on ``line`` (counted from 1), as an ACL rule names
+        it: ``zrangebyscore``, ``xinfo|groups``."""
+        lines = self.text.splitlines()
+        found = _CALL.search(lines[line - 1]) if 0 < line <= len(lines) else None
+        if found is None:
+            return None
+        command, sub = found.group(1).lower(), (found.group(2) or "").lower()
+        return f"{command}|{sub}" if command in _WITH_SUBCOMMAND and sub else command
 
     async def __call__(
         self, client: AsyncClient, keys: Sequence[Arg], args: Sequence[Arg] = ()
@@ -46,6 +68,14 @@ class Script:
 
     def __repr__(self) -> str:
         return f"Script({self.name!r})"
+
+
+def refused_in_script(message: str) -> str | None:
+    """The command a script of ours was refused, from the server's error (``... script:
+    <sha1>, on @user_script:<line>.``): Redis 7.0 names only the script and its line."""
+    found = _SCRIPT_LINE.search(message)
+    script = _KNOWN.get(found.group(1)) if found else None
+    return script.command_at(int(found.group(2))) if found and script else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,11 +35,13 @@ then the entries. A bare success (nothing to record, no index entry) takes 3 val
   12 retry: the next attempt's payload; fail/dead: the error (type, message, traceback)
   13 dedup hold ms after the outcome (0 = release the key now)
 
-Returns {taken, gone, settled}: taken is flat (entry id, its owner now) for entries another
-consumer owns, gone lists entries no longer pending, settled counts the entries settled.
+Returns {taken, gone, settled, forged}: taken is flat (entry id, its owner now) for entries
+another consumer owns, gone lists entries no longer pending, settled counts the entries
+settled, forged lists the entries whose task id the index binds to another entry (they went
+to the dead letters instead of their outcome).
 ]]
 local group, me, dead_cap = ARGV[1], ARGV[2], ARGV[3]
-local taken, gone, settled = {}, {}, 0
+local taken, gone, settled, forged = {}, {}, 0, {}
 local now = nil
 local function clock()
   if not now then
@@ -73,13 +75,14 @@ while b <= #ARGV do
   else
     settled = settled + 1
     if bound == '1' and redis.call('HGET', KEYS[4], tid) ~= sidx .. eid then
-      local forged = 'its task id ' .. tid .. ' belongs to another entry (a forged or copied ' ..
-                     'entry), so it may not write that task\'s records'
+      local why = 'its task id ' .. tid .. ' belongs to another entry (a forged or copied ' ..
+                  'entry), so it may not write that task\'s records'
       if op == 'fail' or op == 'dead' then
-        detail = detail .. '; ' .. forged
+        detail = detail .. '; ' .. why
       else
-        detail, extra = 'it ran, but ' .. forged, ''
+        detail, extra = 'it ran, but ' .. why, ''
       end
+      forged[#forged + 1] = eid
       op, tid, result_k, done_k, dedup_k = 'dead', '', 0, 0, 0
     end
     local payload = ''
@@ -137,4 +140,4 @@ if settled > 0 and nstats > 0 then
   if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[8], ARGV[4]) end
   if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[9], ARGV[5]) end
 end
-return {taken, gone, settled}
+return {taken, gone, settled, forged}

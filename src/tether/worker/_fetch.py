@@ -19,7 +19,15 @@ from redis.exceptions import ResponseError
 from .. import scripts
 from .._errors import ServerError
 from .._keys import GROUP
-from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory
+from .._redis import (
+    FATAL_ERRORS,
+    TRANSIENT_ERRORS,
+    describe_error,
+    is_fatal,
+    is_missing_group,
+    is_out_of_memory,
+    is_permission_error,
+)
 from ._maintenance import _stream_entries
 from ._server import create_groups
 
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
 
     from .._redis import AsyncClient
     from .._settings import WorkerSettings
+    from ._flow import FlowControl
     from ._ledger import Ledger
     from ._maintenance import Accept, Maintenance
     from ._state import QueueState, WorkerCounters
@@ -76,6 +85,8 @@ class Fetcher:
         backoff: Callable[[int], float],
         sleep: Callable[[float], Awaitable[None]],
         outage_grace: float,
+        flow: FlowControl | None = None,
+        where: str = "the server",
     ) -> None:
         self._client = client
         self._me = consumer
@@ -91,6 +102,9 @@ class Fetcher:
         self._backoff = backoff
         self._sleep = sleep
         self._outage_grace = outage_grace
+        self._flow = flow
+        self._where = where
+        """The server, as messages name it (its URL without the password)."""
 
     async def run(self, group: ReadGroup) -> None:
         while not self._stopping():
@@ -103,9 +117,15 @@ class Fetcher:
                     # Live workers could not renew their leases during the outage either:
                     # give them two heartbeats to do so before judging anyone dead.
                     group.reclaim_after = time.monotonic() + self._outage_grace
+            except FATAL_ERRORS as exc:  # a password changed, a permission taken away
+                raise self._fatal(exc) from None
             except TRANSIENT_ERRORS as exc:
+                if is_fatal(exc, self._where):  # on reconnecting: a certificate refused
+                    raise self._fatal(exc) from None
                 await self._outage(group, exc)
             except ResponseError as exc:
+                if is_permission_error(exc):  # refused inside a script
+                    raise self._fatal(exc) from None
                 if is_out_of_memory(exc):
                     # A full server refuses a promotion (it adds entries): wait and retry.
                     await self._outage(group, exc)
@@ -116,8 +136,14 @@ class Fetcher:
                 log.warning(
                     "consumer groups are missing (server restarted empty?); recreating them"
                 )
+                self._counters.groups_recreated += 1
                 await create_groups(self._client, (s for q in group.queues for s in q.streams))
                 group.resync = True
+
+    def _fatal(self, exc: BaseException) -> ServerError:
+        """No retry can fix ``exc``: the worker stops, as it does when this happens at
+        start-up, with one line naming what was refused (the CLI exits with status 1)."""
+        return ServerError(describe_error(exc, self._where, scripts.refused_in_script(str(exc))))
 
     async def _outage(self, group: ReadGroup, exc: BaseException) -> None:
         group.resync = True
@@ -149,9 +175,7 @@ class Fetcher:
         await self._sleep(delay)
 
     async def _cycle(self, group: ReadGroup) -> None:
-        now = time.monotonic()
-        if now >= group.next_maintenance:
-            await self._maintain(group, now)
+        await self._maintain_or_promote(group, time.monotonic())
         if self._ledger.resync:
             self._ledger.resync = False
             group.resync = True
@@ -192,6 +216,18 @@ class Fetcher:
             return
         await self._wait_for_work(group, queues, streams, free, last_ids if want_ids else None)
 
+    async def _maintain_or_promote(self, group: ReadGroup, now: float) -> None:
+        if now >= group.next_maintenance:
+            await self._maintain(group, now)
+            return
+        # A loop kept busy by fetching never waits (where the budget would wake it for due
+        # tasks): promote them anyway, so delayed tasks and rate-limited starts are not held
+        # back until the next maintenance pass.
+        for queue in group.queues:
+            timed = self._flow is not None and self._flow.promotes(queue)
+            if queue.next_due is not None and queue.next_due <= now and not timed:
+                await self._maintenance.promote(queue)
+
     async def _maintain(self, group: ReadGroup, now: float) -> None:
         s = self._settings
         # Claim from others only while this worker's own lease is known to be held: a worker
@@ -200,6 +236,9 @@ class Fetcher:
         reclaim = now >= group.reclaim_after and self._lease_held()
         for queue in group.queues:
             await self._maintenance.promote(queue)
+            if self._flow is not None:
+                # Slots of dead workers first, so their reclaimed entries find them free.
+                await self._flow.maintain(queue, reclaim)
             if reclaim and not queue.paused and self._ledger.free > 0:
                 await self._maintenance.reclaim(queue)
         if now >= group.next_housekeeping:
@@ -212,9 +251,11 @@ class Fetcher:
         """Seconds until this group's next maintenance or next due delayed task."""
         deadline = group.next_maintenance
         for queue in group.queues:
-            if queue.next_due is not None and queue.next_due < deadline:
+            # Woken then, the cycle promotes that queue; unless flow control's timer does
+            # (its promotion wakes the blocked read).
+            timed = self._flow is not None and self._flow.promotes(queue)
+            if queue.next_due is not None and queue.next_due < deadline and not timed:
                 deadline = queue.next_due
-                group.next_maintenance = min(group.next_maintenance, queue.next_due)
         return max(0.001, deadline - time.monotonic())
 
     async def _wait_for_work(

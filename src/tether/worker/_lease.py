@@ -27,6 +27,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .. import scripts
+from .._keys import KNOWN_QUEUES_TTL_MS
 from .._redis import FATAL_ERRORS, SyncClient, close_sync, describe_error, is_out_of_memory
 from ._state import WorkerCounters
 
@@ -51,6 +52,7 @@ class LeaseKeeper:
         registry: tuple[str, str] | None = None,
         record: Callable[[], dict[str, Any]] | None = None,
         health_file: str | None = None,
+        known_queues: str | None = None,
     ) -> None:
         self._client_factory = client_factory
         self._client: SyncClient | None = None
@@ -67,6 +69,7 @@ class LeaseKeeper:
         self._where = where
         self._registry = registry
         self._record = record
+        self._known_queues = known_queues
         self._health_file = Path(health_file) if health_file else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -184,6 +187,12 @@ class LeaseKeeper:
             pipe.set(prefix + name, json.dumps(record, separators=(",", ":")), px=self._ttl_ms)
             pipe.zadd(index, {name: now_ms})
             pipe.zremrangebyscore(index, "-inf", now_ms - 10 * self._ttl_ms)
+            # Once no worker beats, the index empties within ten lease lifetimes anyway.
+            pipe.pexpire(index, 10 * self._ttl_ms)
+            if self._known_queues is not None:
+                # In every beat, not once: a server restarted empty learns them again.
+                pipe.zadd(self._known_queues, dict.fromkeys(record["queues"], 0))
+                pipe.pexpire(self._known_queues, KNOWN_QUEUES_TTL_MS)
             pipe.execute()
             self._registry_failing = False
         except RedisError as exc:

@@ -232,7 +232,10 @@ class Maintenance:
             call = scripts.prune(queue.streams, queue.keys.lease(name), name)
             removed += await call.run(self._client)
         if removed:
-            log.debug("removed %d dead consumers from queue %s", removed, queue.name)
+            log.debug(
+                "removed %d dead %s from queue %s",
+                removed, "consumer" if removed == 1 else "consumers", queue.name,
+            )  # fmt: skip
         self._counters.pruned_consumers += removed
         return removed
 

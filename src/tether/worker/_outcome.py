@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import Retry
+from .._errors import RateLimited, Retry
 from ..scripts._calls import SettleItem
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ class Decision:
     """Seconds before the next attempt (when ``retry``)."""
     why_not: str = ""
     """When not retried: why, in words ('retries used up', 'not in retry_on')."""
+    counts: bool = True
+    """The attempt counts against the retries (not for RateLimited)."""
 
 
 def decide(
@@ -43,7 +45,11 @@ def decide(
     retry_delay: Callable[[int], float],
 ) -> Decision:
     """Retry when the exception asks for it (``Retry``) or is one of ``retry_on``, and
-    attempts remain; the delay is ``Retry.delay`` or the task's backoff."""
+    attempts remain; the delay is ``Retry.delay`` or the task's backoff. ``RateLimited``
+    always runs again after its ``retry_after``, without counting the attempt."""
+    if isinstance(exc, RateLimited):
+        delay = exc.retry_after if exc.retry_after is not None else retry_delay(1)
+        return Decision(True, delay, counts=False)
     wants_retry = isinstance(exc, (Retry, *retry_on))
     if not wants_retry:
         names = ", ".join(e.__name__ for e in retry_on) or "nothing"
@@ -67,18 +73,22 @@ def error_fields(exc: BaseException) -> dict[str, str]:
 def make_record(
     serializer: Serializer,
     status: str,
-    task: str,
-    attempt: int,
+    env: Envelope,
     *,
     value: Any = None,
     error: dict[str, str] | None = None,
 ) -> bytes:
+    # The times make a finished task's timeline (enqueued, started, finished) readable once
+    # its payload is gone.
     record: dict[str, Any] = {
         "status": status,
-        "task": task,
-        "attempt": attempt,
+        "task": env.task,
+        "attempt": env.attempt,
+        "enqueued_ms": env.enqueued_ms,
         "finished_ms": int(time.time() * 1000),
     }
+    if env.started_ms is not None:
+        record["started_ms"] = env.started_ms
     if error is not None:
         record["error"] = error
     else:
@@ -138,7 +148,7 @@ def success(target: Target, serializer: Serializer, env: Envelope, value: Any) -
         return target.outcome("ok") if target.bound else BARE_SUCCESS
     record = b""
     if target.store:
-        record = make_record(serializer, "succeeded", env.task, env.attempt, value=value)
+        record = make_record(serializer, "succeeded", env, value=value)
     return target.outcome("ok", record)
 
 
@@ -150,7 +160,7 @@ def retry(
     delay: float,
     next_payload: bytes,
 ) -> Outcome:
-    record = make_record(serializer, "retrying", env.task, env.attempt, error=error)
+    record = make_record(serializer, "retrying", env, error=error)
     return target.outcome(
         "retry", record, retry_delay_ms=int(delay * 1000), next_payload=next_payload
     )
@@ -159,7 +169,7 @@ def retry(
 def failure(
     target: Target, serializer: Serializer, env: Envelope, error: dict[str, str], reason: str
 ) -> Outcome:
-    record = make_record(serializer, "failed", env.task, env.attempt, error=error)
+    record = make_record(serializer, "failed", env, error=error)
     return target.outcome("fail", record, reason=reason, error=serializer.dumps(error))
 
 
@@ -174,7 +184,7 @@ def dead(
     err = {"type": "tether.Dead", "message": reason, "traceback": ""}
     if target is None or env is None:
         return SettleItem("dead", task_id=task_id, reason=reason, error=serializer.dumps(err))
-    record = make_record(serializer, "dead", env.task, env.attempt, error=err)
+    record = make_record(serializer, "dead", env, error=err)
     # The dead record is written even for tasks that do not store results: waiters must
     # learn that it will never run.
     return Target(
@@ -187,7 +197,7 @@ def cancelled(target: Target | None, serializer: Serializer, env: Envelope | Non
     if target is None or env is None:
         return SettleItem("cancel")
     err = {"type": "asyncio.CancelledError", "message": "cancelled on request", "traceback": ""}
-    record = make_record(serializer, "cancelled", env.task, env.attempt, error=err)
+    record = make_record(serializer, "cancelled", env, error=err)
     return Target(
         target.task_id, target.bound, True, target.ttl_ms, target.keys, target.dedup,
         target.dedup_hold_ms,

@@ -28,7 +28,7 @@ from .._context import LazyContext, _current
 from .._envelope import BadEnvelope, Envelope
 from .._errors import SerializationError
 from .._keys import derived_task_id
-from .._middleware import call_hooks
+from .._middleware import Middleware, RunScopes, call_hooks, overrides
 from .._redis import TRANSIENT_ERRORS, is_missing_group
 from .._settings import PRIORITIES
 from . import _outcome as policy
@@ -38,6 +38,7 @@ from ._stats import Observation
 if TYPE_CHECKING:
     from .._core import Core, RegisteredTask
     from .._redis import AsyncClient
+    from ._flow import FlowControl
     from ._ledger import Ledger
     from ._state import Delivery, WorkerCounters
 
@@ -64,6 +65,8 @@ class Runner:
         counters: WorkerCounters,
         settle: Callable[[Delivery, Outcome], None],
         lease_held: Callable[[], bool],
+        flow: FlowControl | None = None,
+        measure_wait: bool = False,
     ) -> None:
         self.app = app
         self.client = client
@@ -74,6 +77,7 @@ class Runner:
         self.counters = counters
         self._settle = settle
         self._lease_held = lease_held
+        self._flow = flow
         self.buffers: tuple[deque[Delivery], ...] = (deque(), deque(), deque())
         self.suspects: deque[Delivery] = deque()
         """Entries started twice or more without an outcome: each runs alone, so a task
@@ -88,7 +92,10 @@ class Runner:
         self._shutting_down = False
         self._loop = asyncio.get_running_loop()
         self._default_result_ttl_ms = int(app.settings.result_ttl * 1000)
-        self._stats = app.settings.stats
+        self._measure_wait = app.settings.stats or measure_wait
+        """Wait times are measured for the statistics, and for the metrics when asked."""
+        self._scopes_of: tuple[Middleware, ...] = ()
+        self._scoped = False
 
     # -- admission ----------------------------------------------------------------------
 
@@ -130,6 +137,11 @@ class Runner:
         self.schedule()
         if self.busy == 0:
             self._idle.set()
+
+    def _thread_returned(self, delivery: Delivery) -> None:
+        self._free_slot(delivery)
+        if self._flow is not None and delivery.hold is not None:
+            self._flow.release_later(delivery)
 
     def take_buffered(self) -> list[Delivery]:
         """Remove and return every delivery that has not started (for a handoff, or to drop
@@ -241,12 +253,15 @@ class Runner:
         if middleware:
             await call_hooks(middleware, "before_run", ctx.get())
         started = time.monotonic()
-        if self._stats:
-            delivery.wait_ms = max(0.0, time.time() * 1000 - (env.due_ms or env.enqueued_ms))
+        now_ms = time.time() * 1000
+        env.started_ms = int(now_ms)
+        if self._measure_wait:
+            delivery.wait_ms = max(0.0, now_ms - (env.due_ms or env.enqueued_ms))
         token = _current.set(ctx)
         free_slot = True
+        scopes = self._run_scopes(middleware, ctx, env)
         try:
-            value, free_slot = await self._call(delivery, task, env, timeout)
+            value, free_slot = await self._call(delivery, task, env, timeout, scopes)
             delivery.run_ms = (time.monotonic() - started) * 1000
             try:
                 outcome = policy.success(target, app.serializer, env, value)
@@ -255,6 +270,10 @@ class Runner:
                     f"the result ({type(value).__name__}) cannot be serialized by the "
                     f"{app.serializer.name} serializer: {exc}"
                 ) from exc
+        except asyncio.CancelledError:
+            # Cancelled on request (or by the shutdown): the statistics count the attempt.
+            delivery.run_ms = (time.monotonic() - started) * 1000
+            raise
         except Exception as exc:  # the task's error becomes its outcome
             delivery.run_ms = (time.monotonic() - started) * 1000
             if isinstance(exc, TaskTimeout):
@@ -262,7 +281,10 @@ class Runner:
                 delivery.timed_out = True
                 if exc.slot_kept:
                     free_slot = False
-            outcome = await self._after_failure(delivery, env, task, target, ctx, exc, retries)
+            retry_headers = None if scopes is None else scopes.retry_headers
+            outcome = await self._after_failure(
+                delivery, env, task, target, ctx, exc, retries, retry_headers
+            )
             return outcome, free_slot
         finally:
             _current.reset(token)
@@ -271,10 +293,25 @@ class Runner:
             await call_hooks(middleware, "after_run", ctx.get(), "succeeded", value, None)
         return outcome, free_slot
 
+    def _run_scopes(
+        self, middleware: tuple[Middleware, ...], ctx: LazyContext, env: Envelope
+    ) -> RunScopes | None:
+        """The ``run_scope`` hooks of this run; None when no middleware defines one (asked
+        again only when the middleware changed)."""
+        if not middleware:
+            return None
+        if middleware is not self._scopes_of:
+            self._scopes_of = middleware
+            self._scoped = overrides(middleware, "run_scope")
+        if not self._scoped:
+            return None
+        return RunScopes(middleware, ctx.get(), dict(env.headers) if env.headers else {})
+
     async def _resolve(
         self, delivery: Delivery
-    ) -> tuple[Envelope, RegisteredTask, Target] | Outcome:
-        """Decode the entry and find its task, or the dead-letter outcome saying why not."""
+    ) -> tuple[Envelope, RegisteredTask, Target] | Outcome | None:
+        """Decode the entry and find its task, or the dead-letter outcome saying why not;
+        None when a flow-control limit held it back (it left the stream to wait)."""
         try:
             env = Envelope.decode(delivery.payload, self.app.serializer)
         except BadEnvelope as bad:
@@ -286,9 +323,14 @@ class Runner:
         if not bound:  # a plain enqueue: the stream entry is the task's identity
             env.id = _derived_id(delivery)
         delivery.envelope = env
-        task = self.app.tasks.get(env.task)
+        try:
+            task, missing = self.app.find_task(env.task), None
+        except LookupError as exc:  # a task loader knows the name and why it cannot load it
+            task, missing = None, str(exc)
         if task is None or task.fn is None:
-            reason = f"unknown task {env.task!r}: this worker has no task registered by that name"
+            reason = missing or (
+                f"unknown task {env.task!r}: this worker has no task registered by that name"
+            )
             log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
             return await self._dead(delivery, env, reason)
         if task.signature is not None:
@@ -300,6 +342,10 @@ class Runner:
                 return await self._dead(delivery, env, reason)
         store = bool(env.options.get("store_result", task.config.store_result))
         target = Target.of(delivery.queue.keys, env, bound, store, self._ttl_ms(task))
+        flow = self._flow
+        if flow is not None and flow.applies(delivery.queue, env.task):
+            admitted = await flow.admit(delivery, env, bound, task.config.limits)
+            return (env, task, target) if admitted else None
         return env, task, target
 
     async def _admit_suspect(self, delivery: Delivery) -> tuple[bool, Outcome | None]:
@@ -311,24 +357,8 @@ class Runner:
             reason = f"delivered {delivery.deliveries} times; its workers died"
             log.error("quarantined entry %s: %s", delivery.entry_id.decode(), reason)
             return False, await self._dead(delivery, env, reason)
-        try:
-            count = await scripts.start(delivery.stream, self.worker_name, delivery.entry_id).run(
-                self.client
-            )
-        except TRANSIENT_ERRORS as exc:
-            # Not the task's fault: this worker still owns the entry (or lost it with its
-            # lease); forget it here and take it up again once the server answers.
-            log.warning(
-                "could not start entry %s (%s); it is taken up again when the server answers",
-                delivery.entry_id.decode(),
-                exc,
-            )
-            self.ledger.resync = True
-            return False, None
-        except Exception as exc:
-            if not is_missing_group(exc):
-                raise
-            log.warning("entry %s was lost with its stream (%s)", delivery.entry_id.decode(), exc)
+        count = await self._count_start(delivery)
+        if count is None:
             return False, None
         if count == 0:
             log.warning("entry %s changed owner before it started", delivery.entry_id.decode())
@@ -336,10 +366,52 @@ class Runner:
         delivery.deliveries, delivery.counted = count, True
         return True, None
 
+    async def _count_start(self, delivery: Delivery) -> int | None:
+        """Count this start on the server; None when the entry was lost with its stream.
+
+        A transient error is not the task's fault: the call is sent again, holding the
+        entry and its slot (forgetting it would let the worker take another entry while the
+        server still counts this one as its own). The call is idempotent, so a start whose
+        reply was lost counts once and cannot push the task toward quarantine."""
+        call = scripts.start(
+            delivery.stream, self.worker_name, delivery.entry_id, delivery.deliveries
+        )
+        failures = 0
+        while True:
+            try:
+                return await call.run(self.client)
+            except TRANSIENT_ERRORS as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning(
+                        "could not count the start of entry %s (%s); retrying until the "
+                        "server answers",
+                        delivery.entry_id.decode(),
+                        exc,
+                    )
+                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+            except Exception as exc:
+                if not is_missing_group(exc):
+                    raise
+                log.warning(
+                    "entry %s was lost with its stream (%s)", delivery.entry_id.decode(), exc
+                )
+                self.counters.lost_by_server += 1
+                return None
+
     async def _call(
-        self, delivery: Delivery, task: RegisteredTask, env: Envelope, timeout: float | None
+        self,
+        delivery: Delivery,
+        task: RegisteredTask,
+        env: Envelope,
+        timeout: float | None,
+        scopes: RunScopes | None = None,
     ) -> tuple[Any, bool]:
-        """Call the task's function; returns its value and whether its slot is free."""
+        """Call the task's function (inside the middleware's run scopes, if any); returns
+        its value and whether its slot is free."""
+        if scopes is not None:
+            with scopes:
+                return await self._call(delivery, task, env, timeout)
         if not task.is_async:
             return await self._run_sync(delivery, task, env, timeout)
         assert task.fn is not None
@@ -360,8 +432,11 @@ class Runner:
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout), True
         except asyncio.TimeoutError:
-            # The thread cannot be stopped: keep its slot until it returns.
-            future.add_done_callback(lambda _f: self._free_slot(delivery))
+            # The thread cannot be stopped: keep its slot until it returns (and its
+            # flow-control slots too: it still calls whatever they protect).
+            future.add_done_callback(lambda _f: self._thread_returned(delivery))
+            if delivery.hold is not None:
+                delivery.hold.kept = True
             error = TaskTimeout(f"task {task.name!r} ran past its timeout of {timeout}s")
             error.slot_kept = True
             raise error from None
@@ -382,24 +457,42 @@ class Runner:
         ctx: LazyContext,
         exc: Exception,
         retries: int,
+        retry_headers: dict[str, str] | None = None,
     ) -> Outcome:
+        """``retry_headers``: what a run scope set for the next attempt (else the task's
+        headers go with it unchanged)."""
         cfg = task.config
         err = error_fields(exc)
         decision = policy.decide(exc, env.attempt, retries, cfg.retry_on, cfg.retry_delay)
         middleware = self.app.middleware
         if decision.retry:
             nxt = Envelope(
-                env.id, env.task, env.args, env.kwargs, env.enqueued_ms, env.attempt + 1,
-                env.options, int(time.time() * 1000 + decision.delay * 1000), env.headers,
+                env.id, env.task, env.args, env.kwargs, env.enqueued_ms,
+                env.attempt + (1 if decision.counts else 0), env.options,
+                int(time.time() * 1000 + decision.delay * 1000),
+                env.headers if retry_headers is None else retry_headers or None, env.extra,
             )  # fmt: skip
-            self.counters.retried += 1
-            # Reclaim or promotion starts it: this worker's next maintenance pass is due
-            # within reclaim_interval, so a short delay can start up to that much later.
-            delivery.queue.note_due(time.monotonic() + decision.delay)
-            log.info(
-                "task %s (%s) attempt %d of %d failed with %s; retry due in %.2fs",
-                env.task, env.id, env.attempt, retries + 1, err["type"], decision.delay,
-            )  # fmt: skip
+            # Promotion starts it: this worker wakes for its next maintenance when it is
+            # due, so a short delay is kept (not stretched to the next reclaim_interval); a
+            # push-back from RateLimited is promoted on time by flow control's timer.
+            due = time.monotonic() + decision.delay
+            if self._flow is not None and not decision.counts:
+                self._flow.wake_at(delivery.queue, due)
+            else:
+                delivery.queue.note_due(due)
+            if decision.counts:
+                self.counters.retried += 1
+                log.info(
+                    "task %s (%s) attempt %d of %d failed with %s; retry due in %.2fs",
+                    env.task, env.id, env.attempt, retries + 1, err["type"], decision.delay,
+                )  # fmt: skip
+            else:
+                self.counters.rate_limited += 1
+                delivery.pushed_back = True
+                log.info(
+                    "task %s (%s) was rate limited (%s); runs again in %.2fs, attempt %d "
+                    "not counted", env.task, env.id, err["message"], decision.delay, env.attempt,
+                )  # fmt: skip
             if middleware:
                 await call_hooks(middleware, "on_retry", ctx.get(), exc, decision.delay)
             return policy.retry(
@@ -482,4 +575,7 @@ def observation(delivery: Delivery, outcome: Outcome) -> Observation | None:
         return None
     op = outcome.op
     name = "ok" if op == "o" else op
-    return Observation(env.task, name, delivery.run_ms, delivery.wait_ms, delivery.timed_out)
+    return Observation(
+        env.task, name, delivery.run_ms, delivery.wait_ms, delivery.timed_out,
+        delivery.pushed_back,
+    )  # fmt: skip

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._redis import AsyncClient
+    from ._flow import FlowControl
     from ._ledger import Ledger
     from ._outcome import Outcome
     from ._state import Delivery, QueueState, WorkerCounters
+    from ._stats import AttemptSink, Observation
 
 log = logging.getLogger("tether.worker")
 
@@ -60,6 +62,8 @@ class Settler:
         counters: WorkerCounters,
         retry_delay: Callable[[int], float],
         stats_window: float | None,
+        flow: FlowControl | None = None,
+        metrics: AttemptSink | None = None,
     ) -> None:
         self._client = client
         self._ledger = ledger
@@ -68,6 +72,8 @@ class Settler:
         self._counters = counters
         self._retry_delay = retry_delay
         self._stats = None if stats_window is None else StatsKeys(stats_window)
+        self._flow = flow
+        self._metrics = metrics
         self._pending: list[Item] = []
         self._retrying: list[_Chunk] = []
         self._wake = asyncio.Event()
@@ -137,13 +143,20 @@ class Settler:
     async def _send(self, chunk: _Chunk) -> bool:
         """One settle call. True when done (settled, or nothing left to settle)."""
         entries = [(d.sidx, d.entry_id, o) for d, o in chunk.items]
-        stats = None
+        stats = observed = None
         if self._stats is not None:
             observed = [ob for ob in (observation(d, o) for d, o in chunk.items) if ob is not None]
             stats = self._stats.write(chunk.queue.keys, observed)
         call = scripts.settle(chunk.queue.keys, self._consumer, self._dead_cap, entries, stats)
         try:
-            reply = await call.run(self._client)
+            held = [d for d, _ in chunk.items if d.hold is not None]
+            if self._flow is None or not held:
+                reply = await call.run(self._client)
+            else:
+                # Concurrency slots go back beside the ack, in the same round trip (each is
+                # fenced on its own: by owner, by holder); if either fails the chunk is sent
+                # again, and its settle then finds it done.
+                reply, _ = await asyncio.gather(call.run(self._client), self._flow.release(held))
         except redis.exceptions.ResponseError as exc:
             if is_missing_group(exc):
                 # The server lost the streams (restarted empty, flushed): these entries no
@@ -152,6 +165,7 @@ class Settler:
                     "dropping %d outcomes: their streams were lost by the server (%s)",
                     len(chunk.items), exc,
                 )  # fmt: skip
+                self._counters.lost_by_server += len(chunk.items)
                 self._ledger.release(d for d, _ in chunk.items)
                 return True
             if not is_out_of_memory(exc):
@@ -178,14 +192,42 @@ class Settler:
         self._ledger.release(d for d, _ in chunk.items)
         if stats is not None and self._stats is not None and reply.settled:
             self._stats.written(stats)
+        if self._metrics is not None:
+            self._record(chunk, reply, observed)
         return True
 
+    def _record(
+        self, chunk: _Chunk, reply: scripts.SettleReply, observed: list[Observation] | None
+    ) -> None:
+        """Give the metrics the attempts whose outcome counted: one discarded because
+        another worker had claimed the entry ran here, but the other worker's run is the
+        one that counts (this one is in ``lost_leases``)."""
+        assert self._metrics is not None
+        discarded = reply.taken.keys() | (set() if chunk.resent else reply.gone)
+        if observed is None or discarded:
+            observed = [
+                ob
+                for d, o in chunk.items
+                if d.entry_id not in discarded and (ob := observation(d, o)) is not None
+            ]
+        if observed:
+            self._metrics.record(chunk.queue.name, observed)
+
     def _report(self, chunk: _Chunk, reply: scripts.SettleReply) -> None:
-        if not reply.taken and not reply.gone:
+        if not reply.taken and not reply.gone and not reply.forged:
             return
         for delivery, outcome in chunk.items:
             entry = delivery.entry_id
             task = outcome.task_id or (delivery.envelope.id if delivery.envelope else "?")
+            if entry in reply.forged:
+                if outcome.op not in ("dead", "fail"):  # those were counted when decided
+                    self._counters.dead_lettered += 1
+                log.error(
+                    "entry %s carries task id %s, which belongs to another entry (a forged or "
+                    "copied entry): it went to the dead letters and wrote nothing under that id",
+                    entry.decode(), task,
+                )  # fmt: skip
+                continue
             owner = reply.taken.get(entry)
             if owner is not None:
                 self._counters.lost_leases += 1
@@ -198,6 +240,16 @@ class Settler:
                 if chunk.resent:
                     # An earlier send of this call was carried out; its reply was lost.
                     log.debug("entry %s was settled by an earlier attempt", entry.decode())
+                elif delivery.epoch < self._counters.groups_recreated:
+                    # The groups were recreated since the fetch: nobody took the entry, the
+                    # server lost it with its data.
+                    self._counters.lost_by_server += 1
+                    log.warning(
+                        "entry %s (task %s) was lost by the server (its consumer groups were "
+                        "created again since it was fetched: a restart without persistence or "
+                        "a flush); this worker's outcome (%s) is discarded",
+                        entry.decode(), task, outcome.op,
+                    )  # fmt: skip
                 else:
                     self._counters.lost_leases += 1
                     log.warning(

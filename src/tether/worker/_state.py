@@ -55,6 +55,14 @@ class Delivery:
     wait_ms: float | None = None
     """How long it waited from due to start (set when statistics are on)."""
     timed_out: bool = False
+    hold: Any = None
+    """The flow-control slots it was admitted to (worker/_flow.py Hold), given back when it
+    is settled or handed off."""
+    pushed_back: bool = False
+    """The task raised RateLimited: it runs again later, the attempt not counted."""
+    epoch: int = 0
+    """``WorkerCounters.groups_recreated`` when it was fetched: an entry found gone at its
+    ack after the groups were recreated was lost by the server, not taken by another worker."""
 
     @property
     def stream(self) -> str:
@@ -90,10 +98,19 @@ class WorkerCounters:
     """Entries sent to the dead-letter stream after too many deliveries."""
     lease_lapses: int = 0
     """Renewals that found this worker's lease already expired."""
+    lost_by_server: int = 0
+    """Outcomes discarded because the server lost their entries (restarted without
+    persistence, flushed): the consumer groups were found missing since they were fetched."""
+    groups_recreated: int = 0
+    """Times this worker found its queues' consumer groups missing and created them again."""
     pruned_consumers: int = 0
     promoted: int = 0
     reconnects: int = 0
     """Times the worker lost the connection to the server and got it back."""
+    held_back: int = 0
+    """Tasks a flow-control limit held back (waiting for a rate token or a slot)."""
+    rate_limited: int = 0
+    """Attempts that raised RateLimited: run again later, not counted as retries."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

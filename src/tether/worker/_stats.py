@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
+from typing import Protocol
 
 from .._histogram import bucket
 from .._keys import QueueKeys
@@ -14,16 +16,31 @@ from ..scripts._calls import StatsWrite
 class Observation:
     """What one finished attempt contributes."""
 
-    __slots__ = ("outcome", "run_ms", "task", "timed_out", "wait_ms")
+    __slots__ = ("outcome", "pushed_back", "run_ms", "task", "timed_out", "wait_ms")
 
     def __init__(
-        self, task: str, outcome: str, run_ms: float, wait_ms: float | None, timed_out: bool
+        self,
+        task: str,
+        outcome: str,
+        run_ms: float,
+        wait_ms: float | None,
+        timed_out: bool,
+        pushed_back: bool = False,
     ) -> None:
         self.task = task
         self.outcome = outcome
         self.run_ms = run_ms
         self.wait_ms = wait_ms
         self.timed_out = timed_out
+        self.pushed_back = pushed_back
+        """It raised RateLimited (counted as held_backpressure too)."""
+
+
+class AttemptSink(Protocol):
+    """Where a settled batch's observations go besides the statistics: the worker's
+    Prometheus metrics (``tether.metrics``), when they are on."""
+
+    def record(self, queue: str, attempts: Sequence[Observation]) -> None: ...
 
 
 class StatsKeys:
@@ -44,6 +61,8 @@ class StatsKeys:
             counts[f"{task}|{o.outcome}"] += 1
             if o.timed_out:
                 counts[f"{task}|timeout"] += 1
+            if o.pushed_back:
+                counts[f"{task}|held_backpressure"] += 1
             counts[f"{task}|r{bucket(o.run_ms)}"] += 1
             if o.wait_ms is not None:
                 counts[f"{task}|w{bucket(o.wait_ms)}"] += 1

@@ -5,7 +5,9 @@
 - the **runner** runs tasks up to ``concurrency``, buffering the rest by priority;
 - the **settler** acknowledges outcomes in batches, fenced by ownership;
 - the **maintenance** promotes delayed tasks, reclaims orphans, hands off and prunes;
-- the **lease keeper**, a thread, renews the leases and publishes the registry record.
+- the **lease keeper**, a thread, renews the leases and publishes the registry record;
+- the **metrics** (``metrics_port``), threads of their own, serve ``/metrics`` while the
+  worker runs; the settler adds each settled batch to them.
 
 Library code never owns the process: the worker installs signal handlers only when asked
 (``handle_signals=True``) and removes them when it returns; the ``tether worker`` command
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from .._errors import ConfigError, ServerError, TetherError
-from .._keys import registry_keys
+from .._keys import known_queues_key, registry_keys
 from .._redis import (
     FATAL_ERRORS,
     TRANSIENT_ERRORS,
@@ -37,6 +39,7 @@ from .._redis import (
     async_client,
     close_async,
     describe_error,
+    is_fatal,
     is_missing_group,
     is_out_of_memory,
     sync_client,
@@ -44,6 +47,7 @@ from .._redis import (
 from .._settings import PRIORITIES, WorkerSettings
 from .._version import __version__
 from ._fetch import Fetcher, ReadGroup
+from ._flow import FlowControl
 from ._lease import LeaseKeeper
 from ._ledger import Ledger
 from ._maintenance import Maintenance
@@ -54,6 +58,7 @@ from ._state import Delivery, QueueState, WorkerCounters
 
 if TYPE_CHECKING:
     from .._core import Core
+    from ..metrics import WorkerMetrics
 
 log = logging.getLogger("tether.worker")
 
@@ -91,6 +96,11 @@ class Worker:
         self._lease: LeaseKeeper | None = None
         self.ready = threading.Event()
         """Set once the worker has its lease and starts fetching (for tests and embedders)."""
+        self.metrics: WorkerMetrics | None = None
+        """With ``metrics_port`` set: this worker's metrics (``metrics.url`` once it runs,
+        ``metrics.registry`` to add your own); else None."""
+        if settings.metrics_port is not None:
+            self.metrics = _worker_metrics(self)
 
     # -- public -------------------------------------------------------------------------
 
@@ -122,6 +132,11 @@ class Worker:
         runner = getattr(self, "_runner", None)
         return 0 if runner is None else len(runner.running)
 
+    @property
+    def lease_is_held(self) -> bool:
+        """Whether this worker's lease is known to be held (renewed within its TTL)."""
+        return self._lease_held()
+
     def record(self) -> dict[str, Any]:
         """This worker's registry record (published by the heartbeat)."""
         s = self.settings
@@ -152,6 +167,10 @@ class Worker:
             self._stop_event.set()
         if self._aborted:
             self._abort_event.set()
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.start()  # first: a port in use stops the start-up before anything else
+            log.info("worker %s serves its metrics at %s", self.name, metrics.url)
         installed = self._install_signals()
         app = self.app
         self._client: AsyncClient = async_client(
@@ -170,13 +189,17 @@ class Worker:
             self._log_start(server)
             await self._serve()
         finally:
-            await self._finish()
-            for sig, previous in installed:
-                self._loop.remove_signal_handler(sig)
-                # remove_signal_handler puts Python's default back; put back what was there
-                # (asyncio.run's own SIGINT handler, for one).
-                if previous is not None:
-                    signal.signal(sig, previous)
+            try:
+                await self._finish()
+            finally:
+                if metrics is not None:  # its threads are joined whatever _finish did
+                    await asyncio.to_thread(metrics.stop)
+                for sig, previous in installed:
+                    self._loop.remove_signal_handler(sig)
+                    # remove_signal_handler puts Python's default back; put back what was
+                    # there (asyncio.run's own SIGINT handler, for one).
+                    if previous is not None:
+                        signal.signal(sig, previous)
 
     # -- start --------------------------------------------------------------------------
 
@@ -217,6 +240,8 @@ class Worker:
             except FATAL_ERRORS as exc:
                 raise ServerError(describe_error(exc, self.app.target.redacted)) from None
             except TRANSIENT_ERRORS as exc:
+                if is_fatal(exc, self.app.target.redacted):  # a certificate refused, a file missing
+                    raise ServerError(describe_error(exc, self.app.target.redacted)) from None
                 attempt += 1
                 if give_up is not None and time.monotonic() - started >= give_up:
                     raise ServerError(
@@ -232,6 +257,15 @@ class Worker:
 
     def _compose(self) -> None:
         app, s = self.app, self.settings
+        self._flow = FlowControl(
+            app,
+            client=self._client,
+            consumer=self.name,
+            ledger=self.ledger,
+            counters=self.counters,
+            interval=s.reclaim_interval,
+            promote=lambda queue: self._maintenance.promote(queue),  # noqa: PLW0108 - composed below
+        )
         self._runner = Runner(
             app,
             client=self._client,
@@ -242,6 +276,8 @@ class Worker:
             counters=self.counters,
             settle=self._settle,
             lease_held=self._lease_held,
+            flow=self._flow,
+            measure_wait=self.metrics is not None,
         )
         self._settler = Settler(
             client=self._client,
@@ -251,6 +287,8 @@ class Worker:
             counters=self.counters,
             retry_delay=self._backoff,
             stats_window=app.settings.stats_window if app.settings.stats else None,
+            flow=self._flow,
+            metrics=None if self.metrics is None else self.metrics.tally,
         )
         self._maintenance = Maintenance(
             client=self._client,
@@ -276,6 +314,8 @@ class Worker:
             backoff=self._backoff,
             sleep=self._sleep_unless_stopped,
             outage_grace=self._outage_grace(),
+            flow=self._flow,
+            where=app.target.redacted,
         )
         self._lease = self._lease_keeper()
 
@@ -320,6 +360,7 @@ class Worker:
             where=app.target.redacted,
             registry=registry_keys(app.namespace),
             record=self.record,
+            known_queues=known_queues_key(app.namespace),
             health_file=s.health_file,
         )
 
@@ -369,9 +410,13 @@ class Worker:
         for task in (settler, ticker, *loops):
             if task.done() and not task.cancelled() and task.exception() is not None:
                 self._crash = task.exception()
-                log.error(
-                    "worker %s crashed in %s; handing off and stopping", self.name, task.get_name()
-                )
+                if isinstance(self._crash, ServerError):  # a refusal no retry fixes: said once
+                    log.error("worker %s stops: %s; handing off", self.name, self._crash)
+                else:
+                    log.error(
+                        "worker %s crashed in %s; handing off and stopping",
+                        self.name, task.get_name(),
+                    )  # fmt: skip
         if settler.done():  # keep settling during the shutdown, whatever happened to it
             settler = asyncio.create_task(self._settler.run(), name="tether-settler")
         scheduler_stop.set()  # resign first, so another instance leads at once
@@ -415,6 +460,7 @@ class Worker:
         suspect: bool,
     ) -> None:
         delivery = Delivery(queue, sidx, entry_id, payload, deliveries, suspect, not suspect)
+        delivery.epoch = self.counters.groups_recreated
         if not self.ledger.accept(delivery):
             return  # already held here (a resync raced a fetch): keep one
         self.counters.fetched += 1
@@ -457,6 +503,7 @@ class Worker:
     async def _shutdown(self, loops: list[asyncio.Task[None]]) -> None:
         s = self.settings
         runner = self._runner
+        self._flow.close()
         await self._hand_off(runner.take_buffered(), "buffered")
         await asyncio.wait(loops, timeout=self.settings.reclaim_interval * 1.5 + 1)
         for task in loops:
@@ -490,7 +537,11 @@ class Worker:
             return
         try:
             moved = await self._maintenance.handoff(deliveries)
-            log.info("handed off %d entries (%s) to other workers", moved, what)
+            log.info(
+                "handed off %d %s (%s) to other workers",
+                moved, "entry" if moved == 1 else "entries", what,
+            )  # fmt: skip
+            await self._flow.release(deliveries)
         except ResponseError as exc:
             if not is_missing_group(exc) and not is_out_of_memory(exc):
                 raise
@@ -533,7 +584,9 @@ class Worker:
             runner.close()
         await close_async(self._client)
         if lease is not None:
-            log.info("worker %s stopped: %s", self.name, _format_counters(self.counters))
+            log.info(
+                "worker %s stopped: %s", self.name, _format_counters(self.counters) or "no tasks"
+            )
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -551,6 +604,17 @@ class Worker:
         assert self._stop_event is not None
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._stop_event.wait(), delay)
+
+
+def _worker_metrics(worker: Worker) -> WorkerMetrics:
+    """The metrics of a worker with ``metrics_port`` set; a clear error without the extra."""
+    try:
+        from ..metrics import WorkerMetrics
+    except ImportError as exc:
+        raise ConfigError(
+            f"metrics_port needs prometheus-client ({exc}): pip install 'tether-queue[metrics]'"
+        ) from None
+    return WorkerMetrics(worker)
 
 
 def _format_counters(counters: WorkerCounters) -> str:

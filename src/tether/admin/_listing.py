@@ -1,0 +1,176 @@
+"""Lists of a queue's entries, a page at a time, each page O(page) server commands.
+
+- **Running**: the pending entries lists (``XPENDING`` with a range, highest priority first),
+  then the page's envelopes (``XRANGE`` of each entry) and its owners' leases, pipelined.
+  The cursor is ``<stream index>-<entry id>`` of the last entry read.
+- **Delayed**: the delayed set in due order (``ZRANGE`` by rank from the cursor's rank),
+  then the page's payloads (one ``HMGET``). The cursor is ``<due ms>:<task id>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from .._envelope import BadEnvelope, Envelope
+from .._errors import ConfigError
+from .._keys import GROUP, derived_task_id
+from .._redis import text
+from .._settings import ABANDONED, PRIORITIES
+from ._models import DelayedTask, Page, RunningTask, from_ms, utc
+from ._replies import CLOCK, is_missing, server_ms, value
+
+if TYPE_CHECKING:
+    from .._core import Core
+
+_RUNNING_CURSOR = re.compile(r"^([123])-(\d{1,20}-\d{1,20})$")
+_DELAYED_CURSOR = re.compile(r"^(-?\d{1,20}(?:\.\d+)?):(.{1,400})$", re.S)
+
+
+def parse_running_cursor(cursor: str | None) -> tuple[int, str | None]:
+    if cursor is None:
+        return 1, None
+    match = _RUNNING_CURSOR.match(cursor) if isinstance(cursor, str) else None
+    if match is None:
+        raise ConfigError(
+            f"cursor {cursor!r} is not a running-list cursor (<stream index 1..3>-<entry id>; "
+            "pass back the cursor of the previous page)"
+        )
+    return int(match.group(1)), match.group(2)
+
+
+def parse_delayed_cursor(cursor: str | None) -> tuple[float, str] | None:
+    if cursor is None:
+        return None
+    match = _DELAYED_CURSOR.match(cursor) if isinstance(cursor, str) else None
+    if match is None:
+        raise ConfigError(
+            f"cursor {cursor!r} is not a delayed-list cursor (<due ms>:<task id>; pass back "
+            "the cursor of the previous page)"
+        )
+    return float(match.group(1)), match.group(2)
+
+
+def _decode(core: Core, payload: bytes | None) -> Envelope | None:
+    try:
+        return Envelope.decode(payload, core.serializer)
+    except BadEnvelope:
+        return None
+
+
+async def running(core: Core, queue: str, cursor: str | None, limit: int) -> Page[RunningTask]:
+    """Entries delivered to workers and not settled, highest priority first, in entry order."""
+    keys = core.keys(queue)
+    client: Any = core.client
+    sidx, after = parse_running_cursor(cursor)
+    rows: list[tuple[int, Any]] = []
+    full = False
+    while sidx <= 3:
+        wanted = limit - len(rows)
+        try:
+            got = await client.xpending_range(
+                keys.streams[sidx - 1], GROUP, "-" if after is None else "(" + after, "+", wanted
+            )
+        except ResponseError as exc:
+            if not is_missing(exc):
+                raise
+            got = []
+        rows += [(sidx, row) for row in got]
+        if len(got) == wanted:
+            full = True
+            break
+        sidx, after = sidx + 1, None
+    next_cursor = None
+    if full and rows:
+        last_sidx, last = rows[-1]
+        next_cursor = f"{last_sidx}-{text(last['message_id'])}"
+    shown = [(s, r) for s, r in rows if text(r["consumer"]) != ABANDONED]
+    if not shown:
+        return Page([], next_cursor)
+    pipe: Any = client.pipeline(transaction=False)
+    pipe.eval(CLOCK, 1, keys.streams[0])
+    owners = sorted({text(r["consumer"]) for _, r in shown})
+    for owner in owners:
+        pipe.exists(keys.lease(owner))
+    for s, r in shown:
+        entry_id = text(r["message_id"])
+        pipe.xrange(keys.streams[s - 1], entry_id, entry_id)
+    replies = await pipe.execute(raise_on_error=False)
+    now_ms = server_ms(replies[0])
+    alive = {
+        o: bool(value(x, 0)) for o, x in zip(owners, replies[1 : 1 + len(owners)], strict=True)
+    }
+    items = []
+    for (s, r), entry in zip(shown, replies[1 + len(owners) :], strict=True):
+        entry_id = text(r["message_id"])
+        found = value(entry, [])
+        env = _decode(core, found[0][1].get(b"m") if found else None)
+        idle_ms = int(r["time_since_delivered"])
+        owner = text(r["consumer"])
+        items.append(
+            RunningTask(
+                queue=queue,
+                priority=PRIORITIES[s - 1],
+                entry_id=entry_id,
+                task_id=(env.id if env and env.id else derived_task_id(queue, s, entry_id)),
+                task=env.task if env else "",
+                attempt=env.attempt if env else 0,
+                worker=owner,
+                worker_alive=alive[owner],
+                delivered_at=utc(now_ms - idle_ms),
+                elapsed_s=idle_ms / 1000,
+                deliveries=int(r["times_delivered"]),
+                enqueued_at=from_ms(env.enqueued_ms) if env and env.enqueued_ms else None,
+            )
+        )
+    return Page(items, next_cursor)
+
+
+async def delayed(core: Core, queue: str, cursor: str | None, limit: int) -> Page[DelayedTask]:
+    """Tasks waiting for their due time, soonest first."""
+    keys = core.keys(queue)
+    client: Any = core.client
+    after = parse_delayed_cursor(cursor)
+    rows: Any
+    if after is None:
+        rows = await client.zrange(keys.delayed, 0, limit - 1, withscores=True)
+    else:
+        score, member = after
+        rank = await client.zrank(keys.delayed, member)
+        if rank is not None:
+            rows = await client.zrange(keys.delayed, rank + 1, rank + limit, withscores=True)
+        else:  # promoted or cancelled meanwhile: carry on from its due time
+            rows = await client.zrangebyscore(
+                keys.delayed, score, "+inf", start=0, num=limit, withscores=True
+            )
+    if not rows:
+        return Page([], None)
+    ids = [text(member) for member, _ in rows]
+    pipe: Any = client.pipeline(transaction=False)
+    pipe.eval(CLOCK, 1, keys.delayed)
+    pipe.hmget(keys.scheduled_payloads, ids)
+    now_reply, payloads = await pipe.execute()
+    now_ms = server_ms(now_reply)
+    items = []
+    for (task_id, (_, due)), raw in zip(zip(ids, rows, strict=True), payloads, strict=True):
+        sidx = int(raw[:1]) if raw and raw[:1] in (b"1", b"2", b"3") else 2
+        env = _decode(core, raw[1:] if raw else None)
+        attempt = env.attempt if env else 1
+        items.append(
+            DelayedTask(
+                queue=queue,
+                task_id=task_id,
+                task=env.task if env else "",
+                state="retrying" if attempt > 1 else "scheduled",
+                attempt=attempt,
+                priority=PRIORITIES[sidx - 1],
+                due_at=utc(float(due)),
+                due_in_s=(float(due) - now_ms) / 1000,
+                enqueued_at=from_ms(env.enqueued_ms) if env and env.enqueued_ms else None,
+            )
+        )
+    last_id, (_, last_due) = ids[-1], rows[-1]
+    next_cursor = f"{int(float(last_due))}:{last_id}" if len(rows) == limit else None
+    return Page(items, next_cursor)

@@ -1,0 +1,256 @@
+"""``TetherBroker``: a taskiq broker on Tether's delivery protocol."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import multiprocessing
+import re
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+from datetime import timedelta
+
+import redis.exceptions
+from taskiq import AckableMessage, AsyncBroker, BrokerMessage
+
+from ... import scripts
+from ..._core import Core
+from ..._enqueue import DEDUP_MAX_HOLD_MS, _enqueue_error
+from ..._envelope import JsonSerializer
+from ..._errors import TetherError
+from ..._redis import AsyncClient
+from ..._settings import WorkerSettings, _positive_int, check_name
+from ...dead import DeadLetters
+from ._consumer import Consumer
+from ._delivery import _current
+from ._middleware import TetherMiddleware
+from ._wire import Kick, plan, taskiq_id_of, tether_id, wrap
+
+log = logging.getLogger("tether.taskiq")
+
+_TASKIQ_CHILD = re.compile(r"^worker-(\d+)$")
+DUPLICATES_KEPT = 1000
+"""Refused duplicates remembered until the middleware's post_send reads them."""
+
+
+class TetherBroker(AsyncBroker):
+    """A taskiq broker with Tether's delivery promises: leases renewed by a thread, lock-free
+    reclaim on a timer, fenced acks, a bound on what a worker holds, handoff at shutdown,
+    quarantine of tasks that kill their workers, dead letters.
+
+    Args:
+        url: ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://`` or
+            ``redis+sentinel://``; default ``TETHER_URL``, else ``redis://localhost:6379/0``.
+        queue: the Tether queue the messages go to (its own streams, delayed set and
+            dead-letter stream).
+        namespace: prefix of every key; default ``TETHER_NAMESPACE``, else ``tether``.
+        max_pending: messages a worker process holds delivered and not yet acknowledged,
+            across the queue's three priority streams: set it to taskiq's
+            ``--max-async-tasks`` (plus ``--max-prefetch``).
+        name: a stable consumer name (the pod name); each taskiq worker process adds its
+            index (``pod-a-0``), so a process that taskiq restarts resumes its entries at
+            once. Default: host-pid-random.
+        heartbeat_interval: the lease renewal period.
+        heartbeat_ttl: the lease expiry.
+        reclaim_interval: how often maintenance (reclaim, delayed messages) runs.
+        stall_timeout: the heartbeat stops when the event loop has not ticked this long.
+        max_deliveries: an entry started this many times without an outcome (its workers
+            died) goes to the dead-letter stream instead of running again.
+        dead_letter_failures: a task that raised and was not retried by taskiq goes to the
+            dead-letter stream (status ``failed``), where ``tether dead retry`` can run it
+            again.
+        connect_timeout: give up when the server cannot be reached for this long at start;
+            default: keep trying.
+
+    The rest (``reclaim_page_size``, ``housekeeping_interval``, ``reconnect_max_delay``,
+    ``result_ttl``, ``dead_letter_maxlen``, ``socket_timeout``) mean what they mean for a
+    Tether worker and app.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        queue: str = "taskiq",
+        namespace: str | None = None,
+        max_pending: int = 100,
+        name: str | None = None,
+        heartbeat_interval: float | timedelta = 2.0,
+        heartbeat_ttl: float | timedelta = 10.0,
+        reclaim_interval: float | timedelta = 1.0,
+        stall_timeout: float | timedelta = 120.0,
+        max_deliveries: int = 3,
+        dead_letter_failures: bool = True,
+        connect_timeout: float | timedelta | None = None,
+        reclaim_page_size: int = 100,
+        housekeeping_interval: float | timedelta = 60.0,
+        reconnect_max_delay: float | timedelta = 5.0,
+        result_ttl: float | timedelta = 3600.0,
+        dead_letter_maxlen: int = 10_000,
+        socket_timeout: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.core = Core(
+            url,
+            namespace=namespace,
+            result_ttl=result_ttl,
+            dead_letter_maxlen=dead_letter_maxlen,
+            socket_timeout=socket_timeout,
+            stats=False,
+        )
+        self.queue = check_name("queue", queue)
+        # The worker's concurrency is taskiq's (--max-async-tasks); name the broker's setting.
+        _positive_int("max_pending", max_pending)
+        self._name = name
+        # Validated now, so a bad setting fails when the module is imported.
+        self._settings = WorkerSettings(
+            queues=(queue,),
+            concurrency=max_pending,
+            max_pending=max_pending,
+            name=name,
+            heartbeat_interval=heartbeat_interval,  # type: ignore[arg-type]
+            heartbeat_ttl=heartbeat_ttl,  # type: ignore[arg-type]
+            reclaim_interval=reclaim_interval,  # type: ignore[arg-type]
+            stall_timeout=stall_timeout,  # type: ignore[arg-type]
+            max_deliveries=max_deliveries,
+            shutdown_grace=0.0,
+            reclaim_page_size=reclaim_page_size,
+            housekeeping_interval=housekeeping_interval,  # type: ignore[arg-type]
+            reconnect_max_delay=reconnect_max_delay,  # type: ignore[arg-type]
+            scheduler=False,
+            connect_timeout=connect_timeout,  # type: ignore[arg-type]
+        )
+        self._dead_letter_failures = bool(dead_letter_failures)
+        self._keys = self.core.keys(queue)
+        self._envelopes = JsonSerializer()
+        self.tether_consumer: Consumer | None = None
+        """The worker side, while this process listens."""
+        self.tether_duplicates: dict[str, str] = {}
+        """taskiq id of a refused duplicate -> taskiq id of the task holding its key."""
+        self.add_middlewares(TetherMiddleware())
+
+    def __repr__(self) -> str:
+        return f"<TetherBroker {self.core.target.redacted} queue={self.queue!r}>"
+
+    @property
+    def namespace(self) -> str:
+        return self.core.namespace
+
+    def dead_letters(self) -> DeadLetters:
+        """The queue's dead-letter stream (after :meth:`startup`): list, show, retry, purge,
+        like ``tether dead ... --queue <queue>``."""
+        return DeadLetters(self.core, self.queue)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        await super().startup()
+        await self.core.open()
+
+    async def shutdown(self) -> None:
+        consumer, self.tether_consumer = self.tether_consumer, None
+        if consumer is not None:
+            await consumer.close()
+        await super().shutdown()
+        await self.core.close()
+
+    # -- producing ----------------------------------------------------------------------
+
+    async def kick(self, message: BrokerMessage) -> None:
+        """Enqueue one message: an ``XADD``, or Tether's enqueue script when it is delayed
+        (``delay`` label) or deduplicated (``dedup_key`` label)."""
+        kick = plan(message.task_name, message.labels)
+        client = await self._producer()
+        try:
+            await self._send(client, message, kick)
+        except (redis.exceptions.RedisError, OSError) as exc:
+            raise _enqueue_error(self.core, message.task_name, exc) from exc
+        running = _current.get()
+        if running is not None and running.taskiq_id == message.task_id:
+            running.rekicked = True  # a taskiq retry of the task running in this context
+
+    async def _send(self, client: AsyncClient, message: BrokerMessage, kick: Kick) -> None:
+        now_ms = int(time.time() * 1000)
+        if kick.plain:
+            payload = wrap(
+                self._envelopes,
+                task_name=message.task_name,
+                taskiq_id=message.task_id,
+                message=message.message,
+                now_ms=now_ms,
+            )
+            await client.execute_command(
+                "XADD", self._keys.streams[kick.sidx - 1], "*", "m", payload
+            )
+            return
+        task_id = tether_id(self.queue, message.task_id)
+        payload = wrap(
+            self._envelopes,
+            task_name=message.task_name,
+            taskiq_id=message.task_id,
+            message=message.message,
+            now_ms=now_ms,
+            task_id=task_id,
+            kick=kick,
+        )
+        keys = self._keys
+        dedup = keys.dedup(kick.dedup_key) if kick.dedup_key is not None else None
+        mode, when = ("r", kick.delay_ms) if kick.delay_ms is not None else ("n", 0)
+        item = scripts.EnqueueItem(
+            task_id, payload, kick.sidx, mode, when, dedup, DEDUP_MAX_HOLD_MS
+        )
+        (reply,) = await scripts.enqueue(keys, [item]).run(client)
+        if reply.duplicate_of is None:
+            return
+        holder = taskiq_id_of(self.queue, reply.duplicate_of)
+        if holder == message.task_id:
+            # taskiq kicked the task holding the key again (a retry): it is that task.
+            await self._send(client, message, replace(kick, dedup_key=None, dedup_ttl=None))
+            return
+        log.info(
+            "task %s (%s) not enqueued: task %s holds its dedup key %r",
+            message.task_name, message.task_id, holder, kick.dedup_key,
+        )  # fmt: skip
+        duplicates = self.tether_duplicates
+        if len(duplicates) >= DUPLICATES_KEPT:
+            duplicates.pop(next(iter(duplicates)))
+        duplicates[message.task_id] = holder
+
+    async def _producer(self) -> AsyncClient:
+        if not self.core.is_open:  # taskiq asks producers to call startup(); be forgiving
+            await self.core.open()
+        return self.core.client
+
+    # -- consuming ----------------------------------------------------------------------
+
+    async def listen(self) -> AsyncGenerator[AckableMessage, None]:
+        """Messages for taskiq's receiver, each acknowledged by a fenced settle."""
+        if self.tether_consumer is not None:
+            raise TetherError("this TetherBroker is listening already; one listener a process")
+        consumer = Consumer(
+            self.core,
+            replace(self._settings, name=self._consumer_name()),
+            find_task=self.find_task,
+            counts_starts=any(isinstance(m, TetherMiddleware) for m in self.middlewares),
+            dead_letter_failures=self._dead_letter_failures,
+        )
+        self.tether_consumer = consumer
+        try:
+            await consumer.start()
+            while True:
+                got = await consumer.next()
+                if got is None:
+                    return
+                delivery, data = got
+                ack = functools.partial(consumer.ack, delivery)
+                yield AckableMessage(data=data, ack=ack)
+        finally:
+            await consumer.stop_fetching()
+
+    def _consumer_name(self) -> str | None:
+        """The stable name, with the index of taskiq's worker process when it runs several."""
+        if self._name is None:
+            return None  # WorkerSettings makes host-pid-random in this very process
+        child = _TASKIQ_CHILD.match(multiprocessing.current_process().name)
+        return self._name if child is None else f"{self._name}-{child.group(1)}"

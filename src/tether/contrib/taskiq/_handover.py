@@ -1,0 +1,287 @@
+"""The hand-over to taskiq's receiver: what it may get now, and what its acks become.
+
+Entries delivered to this worker wait here by priority. taskiq pulls them one at a time
+(``admit``) while the lease is known to be held; a *suspect* (an entry started twice without
+an outcome: its workers died) is handed over only once nothing else is in taskiq's hands,
+and nothing else until it is acknowledged, so a task that kills its worker takes no innocent
+neighbour with it. An entry past ``max_deliveries``, or one that cannot run (not an
+envelope, not a taskiq message, an unknown task), goes to the dead letters instead.
+
+The middleware reports when taskiq really starts a message (``begin``: the start of a
+reclaimed entry is counted then) and when it failed without a retry (``failed``); taskiq's
+ack (``ack``) becomes the settle instruction: success, failure or dead letter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from redis.exceptions import ResponseError
+
+from ... import scripts
+from ..._envelope import BadEnvelope, Envelope, JsonSerializer
+from ..._keys import derived_task_id
+from ..._redis import TRANSIENT_ERRORS, is_missing_group
+from ...worker import _outcome as policy
+from ._delivery import TaskiqDelivery
+from ._wire import NotTaskiq, unwrap
+
+if TYPE_CHECKING:
+    from ..._redis import AsyncClient
+    from ...worker._ledger import Ledger
+    from ...worker._state import Delivery, WorkerCounters
+
+log = logging.getLogger("tether.taskiq")
+
+
+class DeliveryLost(Exception):
+    """Raised before a reclaimed message runs when this worker no longer owns its entry
+    (its lease lapsed and another worker took it): taskiq must not run it here too."""
+
+
+class Handover:
+    def __init__(
+        self,
+        *,
+        client: AsyncClient,
+        consumer: str,
+        ledger: Ledger,
+        counters: WorkerCounters,
+        settle: Callable[[Delivery, policy.Outcome], None],
+        wake: Callable[[], None],
+        find_task: Callable[[str], object | None],
+        max_deliveries: int,
+        result_ttl_ms: int,
+        counts_starts: bool,
+        dead_letter_failures: bool,
+    ) -> None:
+        self._client = client
+        self.name = consumer
+        self.ledger = ledger
+        self.counters = counters
+        self._settle = settle
+        self._wake = wake
+        self._find_task = find_task
+        self._max_deliveries = max_deliveries
+        self._ttl_ms = result_ttl_ms
+        self._counts_starts = counts_starts
+        """The middleware counts a reclaimed entry's start when taskiq really starts it; without
+        it the start is counted when the entry is handed to taskiq."""
+        self._dead_letter_failures = dead_letter_failures
+        self._serializer = JsonSerializer()
+        self.buffers: tuple[deque[TaskiqDelivery], ...] = (deque(), deque(), deque())
+        self.suspects: deque[TaskiqDelivery] = deque()
+        self._alone: TaskiqDelivery | None = None
+        self.busy = 0
+        """Entries handed to taskiq and not yet acknowledged."""
+        self._handed: dict[str, deque[TaskiqDelivery]] = {}
+        """Handed to taskiq and not yet started, by taskiq task id."""
+
+    # -- waiting here -------------------------------------------------------------------
+
+    def put(self, d: TaskiqDelivery) -> None:
+        if d.suspect and d.deliveries >= 2:
+            self.suspects.append(d)
+        else:
+            self.buffers[d.sidx - 1].append(d)
+        self._wake()
+
+    def take_buffered(self) -> list[TaskiqDelivery]:
+        out = list(self.suspects)
+        self.suspects.clear()
+        for buffer in self.buffers:
+            out.extend(buffer)
+            buffer.clear()
+        return out
+
+    # -- handing over -------------------------------------------------------------------
+
+    def pick(self, lease_held: bool) -> TaskiqDelivery | None:
+        """What may be handed over now: nothing while the lease is in doubt or a suspect
+        runs; a suspect once nothing else is in taskiq's hands; else by priority."""
+        if self._alone is not None or not lease_held:
+            return None
+        if self.suspects:
+            if self.busy:
+                return None
+            self._alone = self.suspects.popleft()
+            return self._alone
+        for buffer in self.buffers:
+            if buffer:
+                return buffer.popleft()
+        return None
+
+    async def admit(self, d: TaskiqDelivery) -> bytes | None:
+        """taskiq's bytes of a delivery that may run; None when it went to the dead letters
+        or is no longer this worker's."""
+        try:
+            data = await self._admit(d)
+        finally:
+            if self._alone is d and not d.yielded:
+                self._alone = None
+        return data
+
+    async def _admit(self, d: TaskiqDelivery) -> bytes | None:
+        if d.suspect and d.deliveries >= self._max_deliveries:
+            self.counters.quarantined += 1
+            reason = f"delivered {d.deliveries} times; its workers died"
+            log.error("quarantined entry %s: %s", d.entry_id.decode(), reason)
+            self._dead(d, self._peek(d), reason)
+            return None
+        try:
+            env = Envelope.decode(d.payload, self._serializer)
+        except BadEnvelope as bad:
+            log.error("entry %s cannot be run: %s", d.entry_id.decode(), bad.reason)
+            self._dead(d, None, bad.reason, bad.task_id)
+            return None
+        self._bind(d, env)
+        try:
+            data, taskiq_id = unwrap(env)
+        except NotTaskiq as exc:
+            log.error("entry %s cannot be run: %s", d.entry_id.decode(), exc)
+            self._dead(d, env, str(exc))
+            return None
+        if self._find_task(env.task) is None:
+            reason = f"unknown task {env.task!r}: this taskiq worker has no task by that name"
+            log.error("entry %s cannot be run: %s", d.entry_id.decode(), reason)
+            self._dead(d, env, reason)
+            return None
+        if d.suspect and not self._counts_starts and not await self._count_start(d):
+            return None
+        d.taskiq_id = taskiq_id
+        d.yielded = True
+        self.busy += 1
+        if self._counts_starts:
+            self._handed.setdefault(taskiq_id, deque()).append(d)
+        return data
+
+    def _bind(self, d: TaskiqDelivery, env: Envelope) -> None:
+        bound = bool(env.id)
+        if not bound:  # a plain kick: the stream entry is the task's identity
+            env.id = derived_task_id(d.queue.name, d.sidx, d.entry_id.decode())
+        d.envelope = env
+        d.target = policy.Target.of(d.queue.keys, env, bound, False, self._ttl_ms)
+
+    def _peek(self, d: TaskiqDelivery) -> Envelope | None:
+        try:
+            env = Envelope.decode(d.payload, self._serializer)
+        except BadEnvelope:
+            return None
+        self._bind(d, env)
+        return env
+
+    async def _count_start(self, d: TaskiqDelivery) -> bool:
+        """Count a start of a reclaimed entry; False (and the entry forgotten here) when this
+        worker no longer owns it or cannot tell right now."""
+        entry = d.entry_id.decode()
+        try:
+            count = await scripts.start(d.stream, self.name, d.entry_id).run(self._client)
+        except TRANSIENT_ERRORS as exc:
+            log.warning("could not start entry %s (%s); it is taken up again later", entry, exc)
+            self.ledger.release([d])
+            self.ledger.resync = True
+            return False
+        except ResponseError as exc:
+            if not is_missing_group(exc):
+                raise
+            log.warning("entry %s was lost with its stream (%s)", entry, exc)
+            self.ledger.release([d])
+            return False
+        if count == 0:
+            log.warning("entry %s changed owner before it started", entry)
+            self.ledger.release([d])
+            return False
+        d.deliveries, d.counted = count, True
+        return True
+
+    # -- what the middleware reports ----------------------------------------------------
+
+    async def begin(self, taskiq_id: str) -> TaskiqDelivery | None:
+        """taskiq is about to run the message with this id: count the start of a reclaimed
+        entry. Raises :class:`DeliveryLost` when it must not run here."""
+        handed = self._handed.get(taskiq_id)
+        if not handed:
+            return None
+        d = handed.popleft()
+        if not handed:
+            del self._handed[taskiq_id]
+        d.started = True
+        if d.suspect and not await self._count_start(d):
+            self._out_of_hands(d)
+            self._wake()
+            raise DeliveryLost(
+                f"entry {d.entry_id.decode()} of {d.stream} is no longer this worker's "
+                "(its lease lapsed and another worker took it, or the server is unreachable): "
+                "taskiq does not run it here"
+            )
+        return d
+
+    def failed(self, d: TaskiqDelivery, exc: BaseException, retried: bool) -> None:
+        """The task raised; ``retried`` when taskiq's retry middleware took it again."""
+        if retried or d.rekicked:
+            d.retried = True
+            self.counters.retried += 1
+            return
+        err = policy.error_fields(exc)
+        d.failure = (err, f"failed and taskiq did not retry it: {err['type']}: {err['message']}")
+
+    def ack(self, d: TaskiqDelivery) -> None:
+        """taskiq acknowledged the message: settle it (fenced, batched)."""
+        if d.acked:
+            return
+        d.acked = True
+        self._out_of_hands(d)
+        self._settle(d, self._outcome(d))
+        self._wake()
+
+    def _out_of_hands(self, d: TaskiqDelivery) -> None:
+        """The delivery is out of taskiq's hands."""
+        self.busy -= 1
+        if self._alone is d:
+            self._alone = None
+        if not d.started:
+            handed = self._handed.get(d.taskiq_id)
+            if handed is not None and d in handed:
+                handed.remove(d)
+                if not handed:
+                    del self._handed[d.taskiq_id]
+
+    def _outcome(self, d: TaskiqDelivery) -> policy.Outcome:
+        env, target = d.envelope, d.target
+        assert env is not None
+        assert target is not None
+        if self._counts_starts and not d.started:
+            # taskiq acks a message it cannot parse without running it (and without calling
+            # any middleware); a message whose task id differs from its envelope's looks the
+            # same here, and is no message this broker kicked either.
+            reason = (
+                "taskiq's receiver acknowledged it without running it: it could not parse the "
+                "message (see the worker's log), or the message's task id is not the one its "
+                "envelope names"
+            )
+            log.error("entry %s: %s", d.entry_id.decode(), reason)
+            self.counters.dead_lettered += 1
+            return policy.dead(target, self._serializer, env, reason)
+        if d.failure is not None:
+            self.counters.failed += 1
+            if self._dead_letter_failures:
+                error, reason = d.failure
+                self.counters.dead_lettered += 1
+                return policy.failure(target, self._serializer, env, error, reason)
+        elif not d.retried:  # a retried attempt was counted as such
+            self.counters.succeeded += 1
+        return policy.success(target, self._serializer, env, None)
+
+    def _dead(
+        self, d: TaskiqDelivery, env: Envelope | None, reason: str, task_id: str = ""
+    ) -> None:
+        self.counters.dead_lettered += 1
+        if env is None or d.target is None:
+            fallback = task_id or derived_task_id(d.queue.name, d.sidx, d.entry_id.decode())
+            outcome = policy.dead(None, self._serializer, None, reason, fallback)
+        else:
+            outcome = policy.dead(d.target, self._serializer, env, reason)
+        self._settle(d, outcome)

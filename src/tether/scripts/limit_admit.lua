@@ -1,0 +1,243 @@
+--[[ limit_admit: admit entries of limited tasks just before they start, or hold them back.
+One call per queue for every limited entry about to start on this worker (a fetch batch).
+
+KEYS[1..8]  the queue keys (see limit_lib)
+KEYS[9]     this minute's statistics hash   KEYS[10] this hour's (unused when ARGV[7] is 0)
+KEYS[11..]  the limit keys named by the task table and the entries
+ARGV[1]     group
+ARGV[2]     consumer
+ARGV[3]     the reserved consumer 'abandoned'
+ARGV[4]     backstop ms: a parked task is looked at again after this long even if no
+            wake-up came (a wake-up lost with a cancelled neighbour, say)
+ARGV[5]     slack ms: the meter's tolerance is the burst's, or this if more: workers are
+            never exactly on time, and a meter finer than their lateness would refuse every
+            other task
+ARGV[6]     missed ms: a reserved start time whose task has not come this long after it is
+            missed, and goes to a task that is ready (see 2.)
+ARGV[7]     statistics ttl ms (0: no statistics)
+ARGV[8]     the task table (see limit_lib)
+ARGV[9]     the entries, a JSON list of [stream index, entry id, task id, the task's index
+            in the table, 1 when the task id came in the payload (it must be indexed to this
+            very entry), 1 when the entry was reclaimed (its count of starts must stay with
+            it), the limit key ('' none), the key scope's rate bucket, running hash and
+            waiting list (indexes in KEYS, 0 when there is no key), the index in ARGV of the
+            payload to store if it is held back (it carries the task id; 0 for a plain task
+            sent without it: the script asks for it)]
+ARGV[10..]  those payloads
+
+Each entry is decided first and changed after:
+1. A concurrency limit (the task's, the key's) has no free slot (or a slot held for this
+   task by another consumer, whose copy may still run): the entry is parked (out of the
+   stream into the delayed set at now + backstop, and into that limit's waiting list); any
+   slot it held or was woken for is given back, and a rate token it had reserved is
+   forfeited (a token cannot be saved for later). 'p', 'c' or 'C'.
+2. A rate limit (the task's, the key's) has two GCRA clocks in one key. The schedule hands
+   out start times: a task with no token now reserves the next free one and waits in the
+   delayed set until then ('d', '<due ms><r|R>'), so waiting tasks never poll and come back
+   one at a time. The meter counts the starts admitted, when they are admitted: a task that
+   comes back with its reservation starts only if the meter allows it (within the burst, or
+   the slack if that is more), so tasks that missed their times while every worker was
+   busy or stalled never start in a burst: one the meter refuses takes the next free time
+   of the schedule, behind the tasks already waiting. A start time is not lost to a task
+   that is late for it (its promoted entry waits behind a backlog still being read, or its
+   worker stalled): once it is `missed` ms past, a task of the same name that has no time
+   yet starts in its place if the meter is idle (only for a task-wide rate: a key's times
+   are not interchangeable), and the late task takes a new time when it comes.
+3. Admitted: it takes its slots (holder = this consumer) and counts in the meter. 'a', the
+   concurrency scopes held ('c', 'C').
+Holding an entry back first checks that this consumer still owns it ('x' if not: nothing
+touched) and that a task id it carries is bound to it (a forged or copied entry is admitted
+with no limit state: settle dead-letters it). A plain task held back without its payload
+gets 'n' and nothing changes: the worker sends it again with the payload. A reclaimed entry
+held back stays in its stream instead, handed to 'abandoned' with the start its claimer
+counted given back ('h', 'c' | 'C' | 'r' | 'R'): a reclaim pass takes it up again, and for
+a slot it joins the waiting list as '<task id>\n@' so that a freed slot is woken for it.
+
+Returns {now ms, then flat: entry id, code, detail}.
+]]
+local group, me, abandoned = ARGV[1], ARGV[2], ARGV[3]
+local backstop, slack, missed = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local stats_ttl = tonumber(ARGV[7])
+local tasks, pos = read_tasks(8)
+local now = clock()
+local counted = false
+local out = {now}
+
+local function count(task, name)
+  if stats_ttl > 0 then
+    local f = task .. '|' .. name
+    redis.call('HINCRBY', KEYS[9], f, 1)
+    redis.call('HINCRBY', KEYS[10], f, 1)
+    counted = true
+  end
+end
+
+local function defer(e, score)
+  redis.call('XACK', KEYS[e.sidx], group, e.eid)
+  redis.call('XDEL', KEYS[e.sidx], e.eid)
+  if e.bound then redis.call('HDEL', KEYS[4], e.tid) end
+  redis.call('ZADD', KEYS[5], fmt(score), e.tid)
+  redis.call('HSET', KEYS[6], e.tid, e.sidx .. ARGV[e.payload])
+end
+
+-- A reclaimed entry keeps its place in the pending list: handed to 'abandoned', with the
+-- start its claimer counted given back (it did not start).
+local function hand_back(e, row)
+  local starts = row[4]
+  if starts > 0 then starts = starts - 1 end
+  redis.call('XCLAIM', KEYS[e.sidx], group, abandoned, 0, e.eid, 'RETRYCOUNT', starts, 'JUSTID')
+end
+
+-- Give back the slots this task holds or was woken for, waking the next waiter of each.
+local function give_back(e, scopes)
+  local any = false
+  for _, s in ipairs(scopes) do
+    if s.mine then
+      redis.call('HDEL', KEYS[s.run], e.tid)
+      wake(KEYS[s.run], KEYS[s.wait], s.limit, s.suffix, KEYS[s.wkeys], s.member)
+      any = true
+    end
+  end
+  if any then redis.call('HDEL', KEYS[7], e.tid) end
+end
+
+local function concurrency_scopes(e, t, cfg)
+  local scopes = {}
+  if cfg.c > 0 then
+    scopes[#scopes + 1] = {run = t.run, wait = t.wait, limit = cfg.c, code = 'c',
+                           name = 'held_concurrency', suffix = t.suffix, member = ''}
+  end
+  if e.key ~= '' and cfg.kc > 0 then
+    scopes[#scopes + 1] = {run = e.krun, wait = e.kwait, limit = cfg.kc, code = 'C',
+                           name = 'held_key_concurrency', suffix = held_suffix(t.name, e.key),
+                           member = e.key}
+  end
+  local blocked = nil
+  for _, s in ipairs(scopes) do
+    s.wkeys = t.wkeys
+    local h = redis.call('HGET', KEYS[s.run], e.tid)
+    s.mine = (h == me or h == '')
+    if not s.mine and not blocked then
+      if h or redis.call('HLEN', KEYS[s.run]) >= s.limit then blocked = s end
+    end
+  end
+  return scopes, blocked
+end
+
+local function rate_scopes(e, t, cfg)
+  local rates = {}
+  if cfg.ri > 0 then
+    rates[#rates + 1] = {key = KEYS[t.bucket], i = cfg.ri, tau = cfg.rt, code = 'r',
+                         name = 'held_rate'}
+  end
+  if e.key ~= '' and cfg.kri > 0 then
+    rates[#rates + 1] = {key = KEYS[e.kbucket], i = cfg.kri, tau = cfg.krt, code = 'R',
+                         name = 'held_key_rate'}
+  end
+  return rates
+end
+
+-- When may it start? Returns the due time (now: at once), the binding rate limit, and the
+-- time it had reserved (nil: none).
+local function rate_due(e, t, gen, rates)
+  local reserved = redis.call('ZSCORE', KEYS[t.resv], e.tid)
+  reserved = reserved and tonumber(reserved)
+  if reserved and reserved > now then return reserved, rates[1], reserved end
+  local due, binding = now, nil
+  for _, b in ipairs(rates) do
+    b.s, b.m = rate_state(b.key, gen)
+    local earliest = b.m - math.max(b.tau, slack)  -- the meter
+    if earliest > due then due, binding = earliest, b end
+  end
+  if not reserved and #rates == 1 and rates[1].code == 'r' and rates[1].m <= now
+      and rates[1].s - rates[1].tau > now then
+    -- the schedule has no time before later, and the meter is idle (a missed time is taken
+    -- at the rate, never in a burst): take a start time another task missed, if any
+    local late = redis.call('ZRANGEBYSCORE', KEYS[t.resv], '-inf', now - missed, 'WITHSCORES',
+                            'LIMIT', 0, 1)
+    if #late > 0 then
+      redis.call('ZREM', KEYS[t.resv], late[1])
+      return now, nil, tonumber(late[2])
+    end
+  end
+  if not reserved or due > now then
+    for _, b in ipairs(rates) do  -- the schedule
+      if b.s - b.tau > due then due, binding = b.s - b.tau, b end
+    end
+  end
+  return due, binding, reserved
+end
+
+local function admit(e)
+  local t = tasks[e.ti]
+  local cfg = effective(t)
+  local scopes, blocked = concurrency_scopes(e, t, cfg)
+  local rates = rate_scopes(e, t, cfg)
+  local due, binding, reserved = now, nil, nil
+  if not blocked and #rates > 0 then due, binding, reserved = rate_due(e, t, cfg.gen, rates) end
+  if blocked or due > now then
+    local p = redis.call('XPENDING', KEYS[e.sidx], group, e.eid, e.eid, 1)
+    if #p == 0 or p[1][2] ~= me then return 'x', '' end
+    if e.bound and redis.call('HGET', KEYS[4], e.tid) ~= e.sidx .. e.eid then return 'a', '' end
+    if e.payload == 0 and not e.suspect then return 'n', '' end
+    give_back(e, scopes)
+    if blocked then
+      redis.call('ZREM', KEYS[t.resv], e.tid)
+      if blocked.member ~= '' then redis.call('SADD', KEYS[t.wkeys], blocked.member) end
+      count(t.name, blocked.name)
+      if e.suspect then
+        hand_back(e, p[1])
+        redis.call('RPUSH', KEYS[blocked.wait], e.tid .. '\n@')
+        return 'h', blocked.code
+      end
+      local score = now + backstop
+      defer(e, score)
+      redis.call('RPUSH', KEYS[blocked.wait], e.tid .. '\n' .. fmt(score))
+      return 'p', blocked.code
+    end
+    if not (reserved and reserved > now) then
+      -- the next free start time of the schedule is this task's now
+      for _, b in ipairs(rates) do set_rate_state(b.key, cfg.gen, math.max(b.s, due) + b.i, b.m) end
+      redis.call('ZADD', KEYS[t.resv], fmt(due), e.tid)
+      count(t.name, binding.name)
+    end
+    if e.suspect then
+      hand_back(e, p[1])
+      return 'h', binding.code
+    end
+    defer(e, due)
+    return 'd', fmt(due) .. binding.code
+  end
+  if #rates > 0 then
+    if reserved then redis.call('ZREM', KEYS[t.resv], e.tid) end
+    for _, b in ipairs(rates) do
+      -- a reserved start was counted in the schedule when it was reserved
+      set_rate_state(b.key, cfg.gen, reserved and b.s or b.s + b.i, b.m + b.i)
+    end
+  end
+  local held = ''
+  for _, s in ipairs(scopes) do
+    redis.call('HSET', KEYS[s.run], e.tid, me)
+    held = held .. s.code
+  end
+  if #scopes > 0 then
+    redis.call('HSET', KEYS[7], e.tid, me .. '\n' .. held_suffix(t.name, e.key))
+  end
+  return 'a', held
+end
+
+for _, v in ipairs(cjson.decode(ARGV[pos])) do
+  local e = {
+    sidx = v[1], eid = v[2], tid = v[3], ti = v[4], bound = v[5] == 1, suspect = v[6] == 1,
+    key = v[7], kbucket = v[8], krun = v[9], kwait = v[10], payload = v[11],
+  }
+  local code, detail = admit(e)
+  out[#out + 1] = e.eid
+  out[#out + 1] = code
+  out[#out + 1] = detail
+end
+if counted then
+  redis.call('PEXPIRE', KEYS[9], stats_ttl)
+  redis.call('PEXPIRE', KEYS[10], stats_ttl)
+end
+return out

@@ -1,0 +1,301 @@
+"""The eager mode: tasks run in this process, at enqueue or at an explicit ``drain()``, with
+the worker's retry policy, timeouts, dedup keys, hooks and ``current_task()``.
+
+See docs/testing.md for every difference from a real worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._blocking import refuse_on_loop
+from .._context import LazyContext, _current
+from .._errors import SerializationError
+from .._middleware import call_hooks
+from .._status import TaskStatus
+from ..worker._outcome import decide, error_fields
+from ..worker._runner import TaskTimeout
+from ._memory import Record, Recorder
+
+if TYPE_CHECKING:
+    from .._core import Core, RegisteredTask
+    from .._enqueue import Plan
+    from .._handle import TaskHandle
+    from .._task import Task
+
+log = logging.getLogger("tether.testing")
+
+
+class TaskError(AssertionError):
+    """Raised by ``eager(app, propagate=True)`` when a task ends without a value: the
+    original exception is its ``__cause__``."""
+
+
+class Eager(Recorder):
+    """Run tasks in this process: ``with eager(app) as queue`` (at enqueue), or
+    ``eager(app, inline=False)`` and ``queue.drain_sync()`` / ``await queue.drain()``.
+
+    Everything the recording mode records is recorded too (``queue.assert_enqueued...``).
+    ``propagate=True`` raises a task's failure from the enqueue (or the drain) that ran it,
+    instead of only recording it for ``result()``.
+    """
+
+    worker_name = "eager"
+
+    def __init__(self, app: Core, *, inline: bool = True, propagate: bool = False) -> None:
+        super().__init__(app)
+        self.inline = inline
+        self.propagate = propagate
+
+    # -- enqueue: record, then run at once when inline ----------------------------------
+
+    async def enqueue(
+        self, task: Task[Any, Any], plan: Plan, ids: list[str], payloads: list[bytes]
+    ) -> list[TaskHandle[Any]]:
+        handles = await super().enqueue(task, plan, ids, payloads)
+        if self.inline:
+            for handle in handles:
+                if not handle.duplicate:
+                    await self._run(self.record(handle.id))
+        return handles
+
+    def enqueue_sync(
+        self, task: Task[Any, Any], plan: Plan, ids: list[str], payloads: list[bytes]
+    ) -> list[TaskHandle[Any]]:
+        handles = super().enqueue_sync(task, plan, ids, payloads)
+        if self.inline:
+            for handle in handles:
+                if not handle.duplicate:
+                    asyncio.run(self._run(self.record(handle.id)))
+        return handles
+
+    def _why_pending(self) -> str:
+        return "nothing runs it until queue.drain() (eager mode with inline=False)"
+
+    # -- drain --------------------------------------------------------------------------
+
+    async def drain(self) -> int:
+        """Run every waiting task, and what they enqueue, until none is left: the due ones by
+        priority and enqueue order, then the delayed ones by due time (their delays are not
+        waited for). Returns how many ran."""
+        ran = 0
+        while True:
+            pending = [r for r in self.records() if r.status in _WAITING]
+            if not pending:
+                return ran
+            now_ms = int(time.time() * 1000)
+            # As a worker takes them: what is due by priority, then in enqueue order; the
+            # delayed ones after, by due time (their delay is not waited for).
+            record = min(
+                pending,
+                key=lambda r: (0 if r.due_ms <= now_ms else r.due_ms, r.sidx, r.seq),
+            )
+            await self._run(record)
+            ran += 1
+
+    def drain_sync(self) -> int:
+        """:meth:`drain`, blocking."""
+        refuse_on_loop("drain_sync")
+        return asyncio.run(self.drain())
+
+    # -- running one task ---------------------------------------------------------------
+
+    async def _run(self, record: Record) -> None:
+        """Run a task through its attempts to an outcome, as the worker would."""
+        with self._lock:
+            if record.status not in _WAITING:
+                return  # cancelled meanwhile, or already run by a nested drain
+            record.status = TaskStatus.RUNNING
+        env = record.envelope
+        task = self._resolve(record)
+        if task is None:
+            return
+        failure: BaseException | None = None
+        retries = env.options.get("retries", task.config.retries)
+        while True:
+            error = await self._attempt(record, task, retries)
+            if error is None:
+                break
+            decision = decide(
+                error, record.attempt, retries, task.config.retry_on, task.config.retry_delay
+            )
+            if not decision.retry:
+                failure = error
+                break
+            record.error = error_fields(error)
+            record.status = TaskStatus.RETRYING
+            if self.app.middleware:
+                await call_hooks(
+                    self.app.middleware, "on_retry", self._context(record, task), error,
+                    decision.delay,
+                )  # fmt: skip
+            record.attempt += 1
+            record.status = TaskStatus.RUNNING
+        self.release_key(record)
+        if failure is not None:
+            await self._fail(record, task, failure, retries)
+
+    def _resolve(self, record: Record) -> RegisteredTask | None:
+        env = record.envelope
+        try:
+            task, missing = self.app.find_task(env.task), None
+        except LookupError as exc:
+            task, missing = None, str(exc)
+        reason = None
+        if task is None or task.fn is None:
+            reason = missing or (
+                f"unknown task {env.task!r}: this worker has no task registered by that name"
+            )
+        elif task.signature is not None:
+            try:
+                task.signature.bind(*env.args, **env.kwargs)
+            except TypeError as exc:
+                reason = f"the arguments do not fit task {env.task!r}: {exc}"
+        if reason is None:
+            return task
+        record.status = TaskStatus.DEAD
+        record.error = {"type": "tether.Dead", "message": reason, "traceback": ""}
+        self.dead.append((env.id, reason))
+        self.release_key(record)
+        if self.propagate:
+            raise TaskError(f"task {env.id} went to the dead letters: {reason}")
+        return None
+
+    async def _attempt(
+        self, record: Record, task: RegisteredTask, retries: int
+    ) -> BaseException | None:
+        """One attempt; None when it succeeded (its value recorded)."""
+        env = record.envelope
+        ctx = self._context(record, task, retries)
+        middleware = self.app.middleware
+        if middleware:
+            await call_hooks(middleware, "before_run", ctx)
+        timeout = env.options.get("timeout", task.config.timeout)
+        try:
+            value = await self._call(task, record, timeout)
+            value = self._stored(value)
+        except Exception as exc:  # the task's error becomes its outcome, as on a worker
+            return exc
+        record.value = value
+        record.error = None
+        record.status = TaskStatus.SUCCEEDED
+        if middleware:
+            await call_hooks(middleware, "after_run", ctx, "succeeded", value, None)
+        return None
+
+    async def _call(self, task: RegisteredTask, record: Record, timeout: float | None) -> Any:
+        env = record.envelope
+        assert task.fn is not None
+        holder = self._holder(record, task)
+        if task.is_async:
+            token = _current.set(holder)
+            try:
+                coro = task.fn(*env.args, **env.kwargs)
+                if timeout is None:
+                    return await coro
+                try:
+                    return await asyncio.wait_for(coro, timeout)
+                except asyncio.TimeoutError:
+                    raise TaskTimeout(f"the task ran past its timeout of {timeout}s") from None
+            finally:
+                _current.reset(token)
+        # A plain function runs in a thread, as on a worker, with a context of its own: a
+        # new thread each, so tasks that enqueue tasks inline never wait for a free one.
+        context = contextvars.Context()
+        context.run(_current.set, holder)
+        future = _in_thread(functools.partial(context.run, task.fn, *env.args, **env.kwargs))
+        if timeout is None:
+            return await future
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            raise TaskTimeout(f"task {task.name!r} ran past its timeout of {timeout}s") from None
+
+    def _stored(self, value: Any) -> Any:
+        """The value as a waiter reads it back: through the serializer."""
+        serializer = self.app.serializer
+        try:
+            return serializer.loads(serializer.dumps(value))
+        except Exception as exc:
+            raise SerializationError(
+                f"the result ({type(value).__name__}) cannot be serialized by the "
+                f"{serializer.name} serializer: {exc}"
+            ) from exc
+
+    async def _fail(
+        self, record: Record, task: RegisteredTask, error: BaseException, retries: int
+    ) -> None:
+        env = record.envelope
+        err = error_fields(error)
+        decision = decide(
+            error, record.attempt, retries, task.config.retry_on, task.config.retry_delay
+        )
+        reason = (
+            f"failed on attempt {record.attempt} of {retries + 1} ({decision.why_not}): "
+            f"{err['type']}: {err['message']}"
+        )
+        record.status = TaskStatus.FAILED
+        record.error = err
+        self.dead.append((env.id, reason))
+        log.info("task %s (%s) %s", env.task, env.id, reason)
+        middleware = self.app.middleware
+        if middleware:
+            ctx = self._context(record, task, retries)
+            await call_hooks(middleware, "after_run", ctx, "failed", None, error)
+            await call_hooks(middleware, "on_dead", ctx, env.id, reason)
+        if self.propagate:
+            raise TaskError(f"task {env.id} {reason}") from error
+
+    def _holder(
+        self, record: Record, task: RegisteredTask, retries: int | None = None
+    ) -> LazyContext:
+        env = record.envelope
+        if retries is None:
+            retries = env.options.get("retries", task.config.retries)
+        return LazyContext(
+            env.id, env.task, record.enqueued.queue, record.enqueued.priority, record.attempt,
+            retries + 1, 1, env.enqueued_ms, self.worker_name, env.options.get("schedule"),
+            env.options.get("tick"), env.headers or {},
+        )  # fmt: skip
+
+    def _context(self, record: Record, task: RegisteredTask, retries: int | None = None) -> Any:
+        return self._holder(record, task, retries).get()
+
+
+_WAITING = (TaskStatus.QUEUED, TaskStatus.SCHEDULED, TaskStatus.RETRYING)
+
+
+def _in_thread(call: Callable[[], Any]) -> asyncio.Future[Any]:
+    """Run ``call`` in a new daemon thread; its outcome arrives on the running loop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.cancelled():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def run() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = call()
+        except BaseException as exc:  # delivered to the awaiting task, as an executor does
+            error = exc
+        # A task that ran past its timeout may end after its loop closed: nobody waits.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name="tether-eager", daemon=True).start()
+    return future

@@ -1,0 +1,130 @@
+"""A task by its id: where it is, its attempts, a timeline (enqueued, due, started,
+finished), its arguments, and its result or error; cancel it, or run a delayed one now.
+
+The lookup is a plain GET form (``/task?id=...``), so a task's page has an address to
+share. A malformed id answers 422 and an unknown one 404, each with the lookup form."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from ..._errors import ConfigError, TaskNotFound, TetherError
+from ..._keys import entry_of_task_id
+from ..._lifecycle import cancel
+from ..._status import CancelResult
+from ...admin import TaskInfo, run_now
+from ...admin._models import from_ms
+from .._context import WebContext
+from .._guard import audit
+from ..api._common import writer
+from ._render import back, form_value, page, render, route_class
+
+CANCELLABLE = frozenset({"queued", "scheduled", "running", "retrying"})
+DELAYED = frozenset({"scheduled", "retrying"})
+FINAL = {"succeeded": "good", "failed": "bad", "dead": "bad", "cancelled": "bad"}
+
+CANCEL_WORDS = {
+    CancelResult.CANCELLED: "Task {id} cancelled: it will not run.",
+    CancelResult.REQUESTED: "Cancellation of task {id} requested: it is cancelled at its next "
+    "await (its worker hears of it within a heartbeat).",
+    CancelResult.NOT_CANCELLABLE: "Task {id} runs a plain function in a worker thread, which "
+    "cannot be interrupted: it runs to its end.",
+    CancelResult.FINISHED: "Task {id} had finished already.",
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step of a task's life, as its page draws it."""
+
+    label: str
+    at: datetime | None
+    state: str
+    """'done', 'pending' (not yet), 'good' or 'bad' (the outcome)."""
+    note: str = ""
+
+
+def enqueued_at(info: TaskInfo) -> datetime | None:
+    """From the payload while it is there; else from a plain enqueue's id, which is its
+    stream entry: the server's time of the enqueue."""
+    if info.enqueued_at is not None:
+        return info.enqueued_at
+    derived = entry_of_task_id(info.id)
+    return from_ms(int(derived[1].partition("-")[0])) if derived else None
+
+
+def timeline(info: TaskInfo) -> list[Event]:
+    events = [Event("Enqueued", enqueued_at(info), "done", f"priority {info.priority}"
+                    if info.priority else "")]  # fmt: skip
+    if info.due_at is not None:
+        note = "a retry in its backoff" if info.status == "retrying" else "scheduled"
+        events.append(Event("Due", info.due_at, "pending", note))
+    if info.status == "running":
+        events.append(Event("Started", info.started_at, "done", f"on worker {info.worker}"))
+        events.append(Event("Finished", None, "pending", "running now"))
+    elif info.status in FINAL:
+        attempt = f"attempt {info.attempt}" if info.attempt else ""
+        if info.started_at is not None:  # outcome records written by this release say when
+            events.append(Event("Started", info.started_at, "done", attempt))
+        events.append(Event(info.status.capitalize(), info.finished_at, FINAL[info.status],
+                            attempt))  # fmt: skip
+    else:
+        events.append(Event("Started", None, "pending", "waiting for a worker"))
+    return events
+
+
+def routes(ctx: WebContext) -> APIRouter:
+    pages = APIRouter(route_class=route_class(ctx), include_in_schema=False)
+    write = writer(ctx)
+
+    @page(pages, "/task")
+    async def task(
+        request: Request,
+        task_id: Annotated[str | None, Query(alias="id", max_length=300)] = None,
+    ) -> Response:
+        context: dict[str, Any] = {"title": "Task", "active": "task", "task_id": task_id or "",
+                                   "info": None, "problem": None}  # fmt: skip
+        status = 200
+        if task_id:
+            try:
+                info = await (await ctx.stats()).task(task_id.strip())
+            except ConfigError as exc:
+                context["problem"], status = str(exc), 422
+            except TaskNotFound as exc:
+                context["problem"], status = str(exc), 404
+            else:
+                context.update(
+                    info=info, title=f"Task {info.id}", events=timeline(info),
+                    can_cancel=info.status in CANCELLABLE, can_run_now=info.status in DELAYED,
+                )  # fmt: skip
+        return render(ctx, request, "task.html", context, status=status)
+
+    @page(pages, "/task/cancel", methods=("POST",))
+    async def cancel_task(request: Request, who: Annotated[str, Depends(write)]) -> Response:
+        task_id = (await form_value(request, "task_id")) or ""
+        target = await form_value(request, "next")
+        try:
+            result = await cancel(await ctx.core(), task_id)
+        except (TetherError, LookupError) as exc:
+            return back(request, target, f"Could not cancel {task_id!r}: {exc}", ok=False)
+        audit(who, "task.cancel", ids=[task_id], result=result.value)
+        return back(request, target, CANCEL_WORDS[result].format(id=task_id), ok=bool(result))
+
+    @page(pages, "/task/run-now", methods=("POST",))
+    async def run_task_now(request: Request, who: Annotated[str, Depends(write)]) -> Response:
+        task_id = (await form_value(request, "task_id")) or ""
+        target = await form_value(request, "next")
+        try:
+            moved = await run_now(await ctx.core(), task_id)
+        except (TetherError, LookupError) as exc:
+            return back(request, target, f"Could not run {task_id!r} now: {exc}", ok=False)
+        if not moved:
+            words = f"Task {task_id} is not waiting for its due time: nothing to run now."
+            return back(request, target, words, ok=False)
+        audit(who, "task.run_now", ids=[task_id])
+        words = f"Task {task_id} is due now: a worker starts it within one maintenance pass."
+        return back(request, target, words)
+
+    return pages
