@@ -30,7 +30,10 @@ import pytest
 
 from .helpers import ROOT
 
-BLOCK = re.compile(r"(?:<!-- (?P<marker>[^>]*) -->\n)?```python\n(?P<code>.*?)```", re.S)
+# A marker is the HTML comment on the line before the block; it may hold ">" (an expected
+# output such as "a -> b"), so it ends at the first "-->" of its line.
+BLOCK = re.compile(r"(?:<!-- (?P<marker>[^\n]*?) -->\n)?```python\n(?P<code>.*?)```", re.S)
+MARKER_KINDS = ("output:", "pytest:", "not-runnable")
 
 
 def blocks() -> Iterator[tuple[str, str, str]]:
@@ -52,6 +55,16 @@ def examples() -> list[tuple[str, str, str]]:
             expected = marker  # run by pytest; the summary must say what follows
         out.append((where, code, expected))
     return out
+
+
+def test_every_marker_is_one_the_runner_reads() -> None:
+    """A marker the runner does not know would let its block run unchecked."""
+    unknown = [
+        (where, marker)
+        for where, marker, _ in blocks()
+        if marker and not marker.startswith(MARKER_KINDS)
+    ]
+    assert not unknown
 
 
 def fragments() -> list[tuple[str, str]]:
