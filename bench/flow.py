@@ -36,6 +36,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[0] = str(ROOT)
 
+from bench import envs  # noqa: E402  (standard library only)
+
+envs.run_with_this_tether(__file__)
+
 from bench import procs  # noqa: E402
 from bench.config import Config  # noqa: E402
 from bench.stats import Probe, command_delta  # noqa: E402

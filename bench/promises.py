@@ -28,6 +28,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import envs  # noqa: E402  (standard library only)
+
+envs.run_with_this_tether(__file__)
+
 import redis  # noqa: E402
 
 from tether._embedded import EmbeddedServer, stop_process  # noqa: E402

@@ -34,12 +34,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis.asyncio
+from bench import envs  # standard library only
 
-from tether import Task, Tether
-from tether._embedded import EmbeddedServer
-from tether.testing import delete_namespace
+envs.run_with_this_tether(__file__)
+
+import redis.asyncio  # noqa: E402
+
+from tether import Task, Tether  # noqa: E402
+from tether._embedded import EmbeddedServer  # noqa: E402
+from tether.testing import delete_namespace  # noqa: E402
 
 PAYLOAD = "x" * 200
 """A 200-character argument: an order id, an e-mail address and some options, say."""

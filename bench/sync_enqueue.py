@@ -29,12 +29,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis
+from bench import envs  # standard library only
 
-from tether import Tether
-from tether._embedded import EmbeddedServer, embedded_binary
-from tether._enqueue import encode
+envs.run_with_this_tether(__file__)
+
+import redis  # noqa: E402
+
+from tether import Tether  # noqa: E402
+from tether._embedded import EmbeddedServer, embedded_binary  # noqa: E402
+from tether._enqueue import encode  # noqa: E402
 
 NAMESPACE = "bench-sync"
 

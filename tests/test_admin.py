@@ -81,6 +81,39 @@ async def test_queue_figures_count_what_was_enqueued_run_failed_and_delayed(
     assert [m.minute for m in series] == sorted(m.minute for m in series)
 
 
+async def test_stats_off_writes_none_and_the_window_sets_how_long_they_stay(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """``stats=False``: the worker writes no statistics, and the queue figures (read from the
+    streams) still work; ``stats_window``: every statistics hash expires one hour after it."""
+    off = ops.fresh(url, f"{namespace}off", stats=False)
+    windowed = ops.fresh(url, f"{namespace}on", stats_window=2 * 3600)
+    for made in (off, windowed):
+        async with made.app:
+            await made.ok.enqueue_many([(i,) for i in range(5)])
+            await made.fail.enqueue(0)
+            async with running_worker(made.app):
+
+                async def settled(made: ops.Ops = made) -> bool:
+                    q = await made.app.stats.queue("default")
+                    return q.depth == 0 and q.running == 0 and q.dead == 1
+
+                await eventually(settled)
+            by_task = {s.task: s for s in await made.app.stats.tasks("default", window=600)}
+            if made is off:
+                assert by_task == {}
+                assert (await made.app.stats.queue("default")).recent.attempts == 0
+            else:
+                assert by_task["ops.ok"].counts.succeeded == 5
+                assert by_task["ops.fail"].counts.failed == 1
+    assert not [k for k in rds.scan_iter(f"*{namespace}off*") if b":stats:" in k]
+    kept = [k for k in rds.scan_iter(f"*{namespace}on*") if b":stats:" in k]
+    assert kept
+    window_ms = (2 + 1) * 3_600_000  # the window, and the hour the last bucket can still fill
+    for key in kept:
+        assert window_ms - 60_000 < rds.pttl(key) <= window_ms, key
+
+
 async def test_a_killed_worker_leaves_the_registry_within_its_lease_and_its_task_shows_orphaned(
     tasks: ops.Ops, url: str, namespace: str, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:

@@ -108,6 +108,24 @@ def test_web_refuses_a_public_address_without_a_token(url: str, namespace: str) 
     assert short.returncode == 2 and "at least 16 characters" in short.stderr
 
 
+def test_servers_listen_on_the_loopback_interface_unless_told_otherwise(
+    url: str, namespace: str
+) -> None:
+    """``tether web``, ``tether exporter`` and the worker's metrics server default to a
+    loopback address (read from each command's own help, as a user sees it)."""
+
+    def default_of(command: str, option: str) -> str:
+        text = " ".join(run_cli(command, "--help", env=cli_env(url, namespace)).stdout.split())
+        found = re.search(rf"{option} \S+ .*?\[default: ([^\]]+)\]", text)
+        assert found, text
+        return found.group(1).replace(" ", "")
+
+    for command, option in [("web", "--bind"), ("exporter", "--bind"),
+                            ("worker", "--metrics-bind")]:  # fmt: skip
+        host = default_of(command, option).rpartition(":")[0] or default_of(command, option)
+        assert host == "127.0.0.1", (command, option, host)
+
+
 def test_web_serves_the_api_with_the_token_and_stops_on_sigterm(
     url: str, namespace: str, tmp_path: Path, served: list[Served]
 ) -> None:

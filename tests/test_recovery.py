@@ -326,9 +326,16 @@ def test_a_deadlocked_worker_stops_renewing_and_releases_its_tasks(
     url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
     stall = 1.5
-    a = WorkerProcess(url, namespace, "a", log_dir=tmp_path, stall_timeout=stall)
+    health = tmp_path / "alive"  # what a liveness probe of an orchestrator would look at
+    a = WorkerProcess(
+        url, namespace, "a", log_dir=tmp_path, stall_timeout=stall,
+        extra=["--health-file", str(health)],
+    )  # fmt: skip
     workers.append(a)
     a.wait_ready(rds)
+    wait_until(health.exists, timeout=5)
+    touched = health.stat().st_mtime_ns
+    wait_until(lambda: health.stat().st_mtime_ns > touched, timeout=5)  # every renewal
     enqueue(url, namespace, "deadlock", ("stuck",))
     wait_until(lambda: len(starts(rds, namespace)) == 1)
     stuck_at = starts(rds, namespace)[0].at
@@ -340,6 +347,11 @@ def test_a_deadlocked_worker_stops_renewing_and_releases_its_tasks(
     # released once the loop was silent for stall_timeout and the lease then expired
     assert stall <= again.at - stuck_at <= stall + TTL + RECLAIM + MARGIN
     assert "event loop has not ticked" in a.log()
+    # The stalled worker's health file is no longer touched: the probe sees it go stale.
+    stale = health.stat().st_mtime_ns
+    time.sleep(5 * FAST["heartbeat_interval"])
+    assert health.stat().st_mtime_ns == stale
+    assert time.time() - stale / 1e9 > FAST["heartbeat_ttl"]
 
 
 def test_a_second_signal_exits_at_once_and_the_lease_brings_the_tasks_back(

@@ -8,6 +8,7 @@ import logging
 
 import click
 
+from ._bind import DEFAULT_BIND
 from ._common import connection_options, open_app, setup_logging
 
 
@@ -15,7 +16,7 @@ from ._common import connection_options, open_app, setup_logging
 @click.argument("app_spec", metavar="[APP]", required=False)
 @click.option(
     "--bind",
-    default="127.0.0.1:8080",
+    default=DEFAULT_BIND,
     show_default=True,
     help="host:port to listen on; beyond the loopback interface a token is required.",
 )
