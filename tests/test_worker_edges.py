@@ -276,6 +276,36 @@ async def test_an_entry_cannot_write_another_tasks_records(app: Tether, rds: red
     assert f"its task id {original.id} belongs to another entry" in reason
 
 
+async def test_a_forged_entry_is_told_apart_from_its_twin_id_in_another_stream(
+    app: Tether, rds: redis.Redis
+) -> None:
+    """The same entry id can exist in two streams of a queue. A forged entry in one stream
+    once made the worker report (and count) its innocent twin in another as forged too."""
+    ran: list[int] = []
+
+    @app.task
+    async def value(x: int) -> int:
+        ran.append(x)
+        return x
+
+    keys = QueueKeys.of(app.namespace, "default")
+    original = await value.options(key="k1").enqueue(1)
+    twin = "9999999999999-0"  # written before the worker starts: one fetch, one settle
+    rds.xadd(keys.stream("high"), {"m": _raw_envelope(value.name, id=original.id, args=[666])},
+             id=twin)  # fmt: skip
+    rds.xadd(keys.stream("normal"), {"m": _raw_envelope(value.name, args=[7])}, id=twin)
+    async with running_worker(app) as worker:
+        assert await original.result(timeout=10) == 1
+        await eventually(lambda: rds.xlen(keys.dead) == 1 and 7 in ran)
+        await eventually(lambda: rds.xlen(keys.stream("normal")) == 0)
+        await asyncio.sleep(0.2)
+        assert worker.counters.dead_lettered == 1
+        assert sorted(ran) == [1, 7, 666]  # a forged entry runs; its records are refused
+    assert await app.handle(f"default:2-{twin}").status() is TaskStatus.SUCCEEDED
+    (reason,) = dead_reasons(rds, keys)
+    assert f"its task id {original.id} belongs to another entry" in reason
+
+
 async def test_arguments_that_do_not_fit_are_dead_lettered(app: Tether, rds: redis.Redis) -> None:
     @app.task
     async def add(x: int, y: int) -> int:

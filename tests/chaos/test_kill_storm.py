@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from ..helpers import wait_until
 from ._harness import Chaos, Sampler
 
 pytestmark = pytest.mark.chaos
@@ -44,7 +45,13 @@ def storm(
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
         try:
-            chaos.enqueue(tags)
+            # Tasks go in waves, each after a storm that hit the workers, so the storms land
+            # while tasks flow however fast the machine runs them.
+            waves = 10
+            for wave in range(waves):
+                chaos.enqueue(tags[wave * tasks // waves : (wave + 1) * tasks // waves])
+                hits = sum(1 for k in kills if k)
+                wait_until(lambda hits=hits: sum(1 for k in kills if k) > hits, timeout=10)
             tally = chaos.wait_all(tags, timeout=max(60.0, tasks / 100))
         finally:
             stop.set()

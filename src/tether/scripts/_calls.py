@@ -169,28 +169,37 @@ class StatsWrite(NamedTuple):
     increments: Sequence[tuple[str, int]]
 
 
+EntryKey = tuple[int, bytes]
+"""(stream index, entry id): one entry of a queue (the same id can be in two of its streams)."""
+
+
 class SettleReply(NamedTuple):
-    taken: dict[bytes, str]
+    taken: dict[EntryKey, str]
     """Entries another consumer owns now (a lost lease), with that owner."""
-    gone: set[bytes]
+    gone: set[EntryKey]
     """Entries no longer pending (settled by an earlier attempt whose reply was lost, or
     lost with the server's data)."""
     settled: int
-    forged: set[bytes]
+    forged: set[EntryKey]
     """Entries whose task id the index binds to another entry: dead-lettered instead."""
+
+
+def _entry_key(raw: Any) -> EntryKey:
+    """The script's name of an entry (its stream index, then its id) as a key."""
+    named = _optional_bytes(raw) or b"0"
+    return int(named[:1]), named[1:]
 
 
 def _parse_settle(reply: Any) -> SettleReply:
     taken_flat, gone, settled, forged = reply
     taken = {
-        _optional_bytes(taken_flat[i]) or b"": _text(taken_flat[i + 1])
-        for i in range(0, len(taken_flat), 2)
+        _entry_key(taken_flat[i]): _text(taken_flat[i + 1]) for i in range(0, len(taken_flat), 2)
     }
     return SettleReply(
         taken,
-        {_optional_bytes(g) or b"" for g in gone},
+        {_entry_key(g) for g in gone},
         int(settled),
-        {_optional_bytes(f) or b"" for f in forged},
+        {_entry_key(f) for f in forged},
     )
 
 

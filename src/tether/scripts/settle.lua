@@ -35,10 +35,12 @@ then the entries. A bare success (nothing to record, no index entry) takes 3 val
   12 retry: the next attempt's payload; fail/dead: the error (type, message, traceback)
   13 dedup hold ms after the outcome (0 = release the key now)
 
-Returns {taken, gone, settled, forged}: taken is flat (entry id, its owner now) for entries
+Returns {taken, gone, settled, forged}: taken is flat (entry, its owner now) for entries
 another consumer owns, gone lists entries no longer pending, settled counts the entries
 settled, forged lists the entries whose task id the index binds to another entry (they went
-to the dead letters instead of their outcome).
+to the dead letters instead of their outcome). An entry is named as the index names it: its
+stream index then its id ('2' .. '1700000000000-0'), since the same id can exist in two of
+the queue's streams.
 ]]
 local group, me, dead_cap = ARGV[1], ARGV[2], ARGV[3]
 local taken, gone, settled, forged = {}, {}, 0, {}
@@ -68,9 +70,9 @@ while b <= #ARGV do
   local stream = KEYS[sidx]
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
   if #p == 0 then
-    gone[#gone + 1] = eid
+    gone[#gone + 1] = sidx .. eid
   elseif p[1][2] ~= me then
-    taken[#taken + 1] = eid
+    taken[#taken + 1] = sidx .. eid
     taken[#taken + 1] = p[1][2]
   else
     settled = settled + 1
@@ -82,7 +84,7 @@ while b <= #ARGV do
       else
         detail, extra = 'it ran, but ' .. why, ''
       end
-      forged[#forged + 1] = eid
+      forged[#forged + 1] = sidx .. eid
       op, tid, result_k, done_k, dedup_k = 'dead', '', 0, 0, 0
     end
     local payload = ''

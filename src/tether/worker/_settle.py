@@ -208,7 +208,7 @@ class Settler:
             observed = [
                 ob
                 for d, o in chunk.items
-                if d.entry_id not in discarded and (ob := observation(d, o)) is not None
+                if (d.sidx, d.entry_id) not in discarded and (ob := observation(d, o)) is not None
             ]
         if observed:
             self._metrics.record(chunk.queue.name, observed)
@@ -218,8 +218,9 @@ class Settler:
             return
         for delivery, outcome in chunk.items:
             entry = delivery.entry_id
+            key = (delivery.sidx, entry)
             task = outcome.task_id or (delivery.envelope.id if delivery.envelope else "?")
-            if entry in reply.forged:
+            if key in reply.forged:
                 if outcome.op not in ("dead", "fail"):  # those were counted when decided
                     self._counters.dead_lettered += 1
                 log.error(
@@ -228,7 +229,7 @@ class Settler:
                     entry.decode(), task,
                 )  # fmt: skip
                 continue
-            owner = reply.taken.get(entry)
+            owner = reply.taken.get(key)
             if owner is not None:
                 self._counters.lost_leases += 1
                 log.warning(
@@ -236,7 +237,7 @@ class Settler:
                     "worker's lease lapsed); this worker's outcome (%s) is discarded",
                     entry.decode(), task, owner, outcome.op,
                 )  # fmt: skip
-            elif entry in reply.gone:
+            elif key in reply.gone:
                 if chunk.resent:
                     # An earlier send of this call was carried out; its reply was lost.
                     log.debug("entry %s was settled by an earlier attempt", entry.decode())
