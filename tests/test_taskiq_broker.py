@@ -409,6 +409,10 @@ def test_bad_settings_fail_when_the_broker_is_made() -> None:
         TetherBroker("redis://localhost:1/0", max_pending=0)
     with pytest.raises(ConfigError, match="url scheme 'http' is unknown"):
         TetherBroker("http://localhost")
+    with pytest.raises(ConfigError, match="ack_linger=-1"):
+        TetherBroker("redis://localhost:1/0", ack_linger=-1)
+    with pytest.raises(ConfigError, match="ack_linger=3 must stay below heartbeat_interval=2"):
+        TetherBroker("redis://localhost:1/0", ack_linger=3)
 
 
 @pytest.mark.cluster

@@ -13,6 +13,7 @@ again after its reply was lost finds its entries already settled ("gone") and to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,17 @@ class Settler:
         stats_window: float | None,
         flow: FlowControl | None = None,
         metrics: AttemptSink | None = None,
+        linger: float = 0.0,
+        linger_batch: int = 1,
     ) -> None:
+        """``linger``: at most this many seconds to wait for ``linger_batch`` outcomes before
+        a flush (0: one turn of the event loop). Where outcomes arrive one at a time, slower
+        than a round trip (taskiq's receiver acks each message on its own), a short linger
+        gathers them into one call, and the capacity they free comes back together, for one
+        fetch; the batch size ends the wait early, so a busy worker never waits for it."""
+        self._linger = linger
+        self._linger_batch = max(1, linger_batch)
+        self._batch_ready = asyncio.Event()
         self._client = client
         self._ledger = ledger
         self._consumer = consumer
@@ -86,6 +97,8 @@ class Settler:
         self._pending.append((delivery, outcome))
         self._idle.clear()
         self._wake.set()
+        if len(self._pending) >= self._linger_batch:
+            self._batch_ready.set()
 
     @property
     def backlog(self) -> int:
@@ -96,9 +109,14 @@ class Settler:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            # One turn of the loop lets the other tasks whose replies already arrived finish
-            # too, so they share this round trip.
-            await asyncio.sleep(0)
+            if self._linger and not self._closing:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._batch_ready.wait(), self._linger)
+                self._batch_ready.clear()
+            else:
+                # One turn of the loop lets the other tasks whose replies already arrived
+                # finish too, so they share this round trip.
+                await asyncio.sleep(0)
             while self._pending or self._retrying:
                 chunks, self._retrying = self._retrying, []
                 batch, self._pending = self._pending, []
@@ -122,6 +140,7 @@ class Settler:
         if not self.backlog and self._idle.is_set():
             return True
         self._wake.set()
+        self._batch_ready.set()  # no lingering: someone waits
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except asyncio.TimeoutError:
@@ -131,6 +150,7 @@ class Settler:
     def close(self) -> None:
         self._closing = True
         self._wake.set()
+        self._batch_ready.set()
 
     async def _flush(self, chunks: list[_Chunk]) -> list[_Chunk]:
         """Send every chunk (concurrently when there are several); return the ones to send

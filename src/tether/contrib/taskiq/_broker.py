@@ -18,9 +18,9 @@ from ... import scripts
 from ..._core import Core
 from ..._enqueue import DEDUP_MAX_HOLD_MS, _enqueue_error
 from ..._envelope import JsonSerializer
-from ..._errors import TetherError
+from ..._errors import ConfigError, TetherError
 from ..._redis import AsyncClient
-from ..._settings import WorkerSettings, _positive_int, check_name
+from ..._settings import WorkerSettings, _positive_int, check_name, seconds
 from ...dead import DeadLetters
 from ._consumer import Consumer
 from ._delivery import _current
@@ -62,6 +62,10 @@ class TetherBroker(AsyncBroker):
             again.
         connect_timeout: give up when the server cannot be reached for this long at start;
             default: keep trying.
+        ack_linger: taskiq acknowledges each message on its own; an ack waits up to this
+            long for others (at most half of ``max_pending``), so they share one fenced
+            settle call and the capacity they free is fetched again in one read. 0 sends
+            each ack at once (one settle and one fetch per message).
 
     The rest (``reclaim_page_size``, ``housekeeping_interval``, ``reconnect_max_delay``,
     ``result_ttl``, ``dead_letter_maxlen``, ``socket_timeout``) mean what they mean for a
@@ -89,6 +93,7 @@ class TetherBroker(AsyncBroker):
         result_ttl: float | timedelta = 3600.0,
         dead_letter_maxlen: int = 10_000,
         socket_timeout: float = 10.0,
+        ack_linger: float | timedelta = 0.005,
     ) -> None:
         super().__init__()
         self.core = Core(
@@ -122,6 +127,12 @@ class TetherBroker(AsyncBroker):
             connect_timeout=connect_timeout,  # type: ignore[arg-type]
         )
         self._dead_letter_failures = bool(dead_letter_failures)
+        self._ack_linger = seconds(ack_linger, "ack_linger", allow_zero=True)
+        if self._ack_linger >= self._settings.heartbeat_interval:
+            raise ConfigError(
+                f"ack_linger={self._ack_linger:g} must stay below heartbeat_interval="
+                f"{self._settings.heartbeat_interval:g}"
+            )
         self._keys = self.core.keys(queue)
         self._envelopes = JsonSerializer()
         self.tether_consumer: Consumer | None = None
@@ -234,6 +245,7 @@ class TetherBroker(AsyncBroker):
             find_task=self.find_task,
             counts_starts=any(isinstance(m, TetherMiddleware) for m in self.middlewares),
             dead_letter_failures=self._dead_letter_failures,
+            ack_linger=self._ack_linger,
         )
         self.tether_consumer = consumer
         try:

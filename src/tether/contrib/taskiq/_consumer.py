@@ -70,6 +70,7 @@ class Consumer:
         find_task: Callable[[str], object | None],
         counts_starts: bool,
         dead_letter_failures: bool,
+        ack_linger: float = 0.0,
     ) -> None:
         if settings.reclaim_interval * 1.2 >= core.settings.socket_timeout:
             raise ConfigError(
@@ -86,6 +87,7 @@ class Consumer:
         self._find_task = find_task
         self._counts_starts = counts_starts
         self._dead_letter_failures = dead_letter_failures
+        self._ack_linger = ack_linger
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
         self._stopping = False
@@ -196,6 +198,8 @@ class Consumer:
             counters=self.counters,
             retry_delay=self._backoff,
             stats_window=None,
+            linger=self._ack_linger,
+            linger_batch=s.pending_limit // 2,
         )
         self.handover = Handover(
             client=self._client,
