@@ -3,13 +3,16 @@ full server, and the same count with a tenth of the data (the count must not gro
 
     .venv/bin/python bench/api.py            # about 2 minutes on 2 cores
     .venv/bin/python bench/api.py --quick    # 50 requests per endpoint
+    .venv/bin/python bench/api.py --scale 0.02 --requests 3   # what the smoke test runs
 
 It needs this checkout's Tether with the ``web`` extra (``pip install -e '.[web]'``). On a
 fresh embedded Valkey it fills one namespace with 100,000 queued tasks (over the three
 priorities), 10,000 dead letters (real failures, run by a worker), 1,000 delayed tasks, 50
 entries delivered to workers, and 20 live worker records (written in the format the
 heartbeat writes, with their leases: 20 real workers would consume the queue), and another
-namespace with a tenth of each. It serves each with ``tether.web.create_app`` in a uvicorn
+namespace with a tenth of each (but 2,000 dead letters: the writes use up 1,680). Limits
+set at runtime and 40 schedules added at runtime give the limits and schedule endpoints
+something to read and remove. It serves each with ``tether.web.create_app`` in a uvicorn
 process of its own and sends each endpoint's requests one at a time over HTTP (httpx), in
 this process.
 
@@ -72,14 +75,18 @@ class Filled:
     queued_ids: list[str]
     dead_ids: list[str]
     workers: list[str]
+    delayed_ids: list[str]
+    schedules: list[str]
+    """Added at runtime: removed one a request."""
 
 
 async def fill(url: str, namespace: str, scale: float) -> Filled:
     import logging
 
     logging.getLogger("tether").setLevel(logging.ERROR)
-    n_queued, n_dead = int(100_000 * scale), int(10_000 * scale)
-    n_delayed, n_workers = int(1_000 * scale), max(2, int(20 * scale))
+    # The writes use up 1,680 dead letters: the tenth keeps 2,000 of them.
+    n_queued, n_dead = int(100_000 * scale), max(2_000, int(10_000 * scale))
+    n_delayed, n_workers = max(WRITES, int(1_000 * scale)), max(2, int(20 * scale))
     app.configure(url=url, namespace=namespace)
     async with app:
         for start in range(0, n_dead, 1000):
@@ -93,9 +100,17 @@ async def fill(url: str, namespace: str, scale: float) -> Filled:
                 [(i,) for i in range(start, min(n_queued, start + 1000))]
             )
             queued += [h.id for h in handles]
+        delayed: list[str] = []
         for start in range(0, n_delayed, 1000):
             count = min(n_delayed, start + 1000) - start
-            await noop.options(delay=3600).enqueue_many([(i,) for i in range(count)])
+            handles = await noop.options(delay=3600).enqueue_many([(i,) for i in range(count)])
+            delayed += [h.id for h in handles]
+        # Limits set at runtime on the task (the limits endpoints read and change them), and
+        # schedules added at runtime (the remove endpoint takes one each request).
+        await app.limits.set(noop, rate_limit="1000/s", key_concurrency_limit=4)
+        schedules = [f"bench-added-{i}" for i in range(WRITES)]
+        for name in schedules:
+            await app.schedules.add(hourly, every=3600, name=name)
         keys = app.keys(QUEUE)
         client: Any = app.client
         names = [f"bench-worker-{i:02d}" for i in range(n_workers)]
@@ -126,7 +141,7 @@ async def fill(url: str, namespace: str, scale: float) -> Filled:
             )  # fmt: skip
         dead_rows = await client.xrange(keys.dead, "-", "+")
         dead_ids = [r[0].decode() for r in dead_rows]
-    return Filled(queued[60:], dead_ids, names)
+    return Filled(queued[60:], dead_ids, names, delayed, schedules)
 
 
 # -- the endpoints --------------------------------------------------------------------------
@@ -136,7 +151,7 @@ Request = tuple[str, str, Any]
 
 
 WRITES = 40
-"""Requests per state-changing endpoint: they use up 880 dead letters (the tenth has 1,000)."""
+"""Requests per state-changing endpoint: they use up 1,680 dead letters."""
 
 
 def endpoints(f: Filled) -> list[tuple[str, Callable[[int], Request]]]:
@@ -145,6 +160,7 @@ def endpoints(f: Filled) -> list[tuple[str, Callable[[int], Request]]]:
     retry_one = [next(dead) for _ in range(WRITES)]
     purge_one = [next(dead) for _ in range(WRITES)]
     retry_ten = [[next(dead) for _ in range(10)] for _ in range(WRITES)]
+    purge_ten = [[next(dead) for _ in range(10)] for _ in range(WRITES)]
     q = f"/api/queues/{QUEUE}"
     toggle = ("pause", "resume")
 
@@ -186,6 +202,24 @@ def endpoints(f: Filled) -> list[tuple[str, Callable[[int], Request]]]:
          post(lambda i: f"/api/schedules/bench-hourly/{toggle[i % 2]}")),
         ("POST /api/schedules/{name}/trigger",
          post(lambda i: "/api/schedules/bench-hourly/trigger")),
+        ("GET /api/openapi.json", get("/api/openapi.json")),
+        ("POST /api/tasks/{id}/run-now",
+         post(lambda i: f"/api/tasks/{f.delayed_ids[i]}/run-now")),
+        ("DELETE /api/schedules/{name}",
+         lambda i: ("DELETE", f"/api/schedules/{f.schedules[i]}", None)),
+        ("POST /api/queues/{q}/dead/retry (a task, 10)",
+         post(lambda i: f"{q}/dead/retry", {"task": "bench.fail", "limit": 10})),
+        ("POST /api/queues/{q}/dead/purge (10 ids)",
+         post(lambda i: f"{q}/dead/purge", lambda i: {"ids": purge_ten[i]})),
+        ("GET /api/queues/{q}/limits", get(f"{q}/limits")),
+        ("GET /api/queues/{q}/limits/{task}", get(f"{q}/limits/bench.noop")),
+        ("GET /api/queues/{q}/limits/{task}/keys/{key}",
+         get(f"{q}/limits/bench.noop/keys/tenant-1")),
+        ("GET /api/queues/{q}/held", get(f"{q}/held")),
+        ("PATCH /api/queues/{q}/limits/{task}",
+         lambda i: ("PATCH", f"{q}/limits/bench.noop", {"rate_limit": f"{1000 + i}/s"})),
+        ("DELETE /api/queues/{q}/limits/{task} (reset)",
+         lambda i: ("DELETE", f"{q}/limits/bench.noop", None)),
     ]  # fmt: skip
 
 
@@ -300,6 +334,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200, help="requests per endpoint")
     parser.add_argument("--quick", action="store_true", help="50 requests per endpoint")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="the data, as a fraction of the full set (1)"
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
@@ -311,8 +348,8 @@ def main() -> None:
 
     server = EmbeddedServer().start()
     try:
-        full = asyncio.run(run_scale(server.url, "bench-full", 1.0, n))
-        tenth = asyncio.run(run_scale(server.url, "bench-tenth", 0.1, n))
+        full = asyncio.run(run_scale(server.url, "bench-full", args.scale, n))
+        tenth = asyncio.run(run_scale(server.url, "bench-tenth", args.scale / 10, n))
     finally:
         server.stop()
     text = table(full, tenth)
