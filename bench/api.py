@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -274,7 +275,9 @@ def serve(port: int) -> None:
 
     from tether.web import create_app
 
-    uvicorn.run(create_app(app, token=TOKEN), host="127.0.0.1", port=port, log_level="warning")
+    web_app = create_app(app, token=TOKEN)
+    gc.freeze()  # as `tether web` does once started: full collections skip what never dies
+    uvicorn.run(web_app, host="127.0.0.1", port=port, log_level="warning")
 
 
 def free_port() -> int:

@@ -3,6 +3,7 @@ scheduler pass: add, remove, pause, resume, trigger, list, and who leads."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -228,11 +229,14 @@ class Schedules:
         paused = (await load_runtime(self.app, self.keys)).paused
         raw_errors: Any = await self.app.client.hgetall(self.keys.errors)
         errors = {text(k): text(v) for k, v in raw_errors.items()}
-        out: builtins.list[ScheduleInfo] = []
-        for schedule in schedules:
-            raw: Any = await self.app.client.hget(
-                self.app.keys(schedule.queue).schedules, schedule.name
-            )
+        client = self.app.client
+        # The page's markers, then the outcomes of their last runs: each read is sent at
+        # once, so a page costs two round trips however many schedules it holds.
+        markers: list[Any] = await asyncio.gather(
+            *(client.hget(self.app.keys(s.queue).schedules, s.name) for s in schedules)
+        )
+        lasts: list[tuple[int | None, str | None]] = []
+        for raw in markers:
             last_tick = last_id = None
             if raw:
                 tick_text, _, last_id = text(raw).partition("|")
@@ -241,12 +245,19 @@ class Schedules:
                 except ValueError:  # a malformed marker: the scheduler reports it (`error`)
                     last_tick = None
                 last_id = (last_id or None) if last_tick is not None else None
-            outcome = None
-            if last_id:
-                try:
-                    outcome = (await _lifecycle.status(self.app, last_id)).value
-                except TaskNotFound:
-                    outcome = "expired"
+            lasts.append((last_tick, last_id))
+
+        async def outcome_of(task_id: str | None) -> str | None:
+            if not task_id:
+                return None
+            try:
+                return (await _lifecycle.status(self.app, task_id)).value
+            except TaskNotFound:
+                return "expired"
+
+        outcomes = await asyncio.gather(*(outcome_of(last_id) for _, last_id in lasts))
+        out: builtins.list[ScheduleInfo] = []
+        for schedule, (last_tick, last_id), outcome in zip(schedules, lasts, outcomes, strict=True):
             next_ms = next(schedule.ticks_after(max(now_ms, last_tick or 0)))
             out.append(
                 ScheduleInfo(
