@@ -447,6 +447,14 @@ def test_the_queue_page_cancels_retries_purges_runs_now_and_pauses(site: Site, t
     expect(tab.flash()).to_contain_text("is due now")
     assert site.do(later.result_sync, timeout=20) == 41
 
+    # Cancel a scheduled task: it leaves the delayed set and will not run.
+    never = site.do(d.ok.options(delay=600).enqueue_sync, 42)
+    page = tab.go("/queues/default/scheduled")
+    page.locator(f"tr[data-task-id='{never.id}']").get_by_role("button", name="Cancel").click()
+    expect(tab.flash()).to_contain_text(f"Task {never.id} cancelled")
+    assert site.do(never.status_sync) is TaskStatus.CANCELLED
+    expect(page.locator(f"tr[data-task-id='{never.id}']")).to_have_count(0)
+
     # Pause the queue: the worker stops fetching from it; resume: it fetches again.
     page.get_by_role("button", name="Pause queue").click()
     expect(tab.flash()).to_contain_text("Queue default paused")
@@ -465,11 +473,20 @@ def test_the_queue_page_cancels_retries_purges_runs_now_and_pauses(site: Site, t
     assert not site.paused()
 
 
+NEVER = "\u2013"
+"""What a page shows for a time or an outcome that does not exist (an en dash)."""
+
+
 def test_schedules_pause_resume_and_trigger_from_the_page(site: Site, tab: Tab) -> None:
     paused_key = SchedulerKeys.of(site.namespace).paused
     page = tab.go("/schedules")
     row = page.locator("tr[data-schedule='nightly-report']")
     expect(row.locator("[data-field=state]")).to_have_text("active")
+    # Its next run is a time to come (the exact moment in the tooltip); it never ran.
+    expect(row.locator("[data-field=next-run] time")).to_have_text(re.compile(r"^in "))
+    expect(row.locator("[data-field=next-run] time")).to_have_attribute("title", re.compile("UTC"))
+    expect(row.locator("[data-field=last-run]")).to_have_text(NEVER)
+    expect(row.locator("[data-field=last-outcome]")).to_have_text(NEVER)
     row.get_by_role("button", name="Pause").click()
     expect(tab.flash()).to_contain_text("Schedule nightly-report paused")
     assert site.rds.sismember(paused_key, "nightly-report")
@@ -549,6 +566,11 @@ def test_the_workers_and_statistics_pages(site: Site, tab: Tab) -> None:
     hour = page.locator("tr[data-task='dash.ok'][data-window='3600']")
     expect(hour.locator("[data-figure=attempts]")).to_have_text("5")
     expect(hour.locator("[data-figure=failure-rate]")).to_have_text("0%")
+    # Percentiles of run and wait time, as durations people read ("<1 ms", "4.2 ms", "1.3 s").
+    for figure in ("run-p50", "run-p95", "run-p99", "wait-p50", "wait-p95", "wait-p99"):
+        expect(hour.locator(f"[data-figure={figure}]")).to_have_text(
+            re.compile(r"^(<1 ms|[\d.]+ (ms|s))$")
+        )
     fails = page.locator("tr[data-task='dash.fail'][data-window='3600']")
     expect(fails.locator("[data-figure=failure-rate]")).to_have_text("100%")
     expect(page.locator("tr[data-task='dash.ok'][data-window='86400']")).to_have_count(1)
