@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import random
 import re
 import secrets
 import socket
@@ -232,6 +233,19 @@ class WorkerSettings:
     def pending_limit(self) -> int:
         assert self.max_pending is not None  # set in __post_init__
         return self.max_pending
+
+    @property
+    def outage_grace(self) -> float:
+        """How long after an outage reclaim waits: two heartbeats, so every live worker
+        renews its lease (which may have expired while the server was away) before anyone
+        judges it dead."""
+        return 2 * self.heartbeat_interval + self.reclaim_interval
+
+    def reconnect_delay(self, attempt: int) -> float:
+        """The pause before try ``attempt`` (1, 2, ...) to reach the server again:
+        exponential from 0.1 s, capped at ``reconnect_max_delay``, with jitter."""
+        cap = self.reconnect_max_delay
+        return float(min(cap, 0.1 * 2 ** min(attempt, 10)) * random.uniform(0.5, 1.0))
 
     @classmethod
     def from_env(

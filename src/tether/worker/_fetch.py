@@ -82,9 +82,7 @@ class Fetcher:
         lease_held: Callable[[], bool],
         burst_done: Callable[[], bool],
         on_burst_done: Callable[[], None],
-        backoff: Callable[[int], float],
         sleep: Callable[[float], Awaitable[None]],
-        outage_grace: float,
         flow: FlowControl | None = None,
         where: str = "the server",
     ) -> None:
@@ -99,9 +97,7 @@ class Fetcher:
         self._lease_held = lease_held
         self._burst_done = burst_done
         self._on_burst_done = on_burst_done
-        self._backoff = backoff
         self._sleep = sleep
-        self._outage_grace = outage_grace
         self._flow = flow
         self._where = where
         """The server, as messages name it (its URL without the password)."""
@@ -116,7 +112,7 @@ class Fetcher:
                     group.failures = 0
                     # Live workers could not renew their leases during the outage either:
                     # give them two heartbeats to do so before judging anyone dead.
-                    group.reclaim_after = time.monotonic() + self._outage_grace
+                    group.reclaim_after = time.monotonic() + self._settings.outage_grace
             except FATAL_ERRORS as exc:  # a password changed, a permission taken away
                 raise self._fatal(exc) from None
             except TRANSIENT_ERRORS as exc:
@@ -161,7 +157,7 @@ class Fetcher:
                 f"the server has been unavailable for {give_up:g}s ({exc}); a burst worker "
                 "gives up (connect_timeout)"
             ) from None
-        delay = self._backoff(group.failures)
+        delay = self._settings.reconnect_delay(group.failures)
         if group.failures == 1:
             if is_out_of_memory(exc):
                 log.warning(

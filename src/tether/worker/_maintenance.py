@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
 from .. import scripts
 from .._keys import GROUP
-from .._redis import text
+from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory, text
 from .._settings import ABANDONED
+from ._state import Delivery
 
 if TYPE_CHECKING:
     from .._redis import AsyncClient
     from ._ledger import Ledger
-    from ._state import Delivery, QueueState, WorkerCounters
+    from ._state import QueueState, WorkerCounters
 
 log = logging.getLogger("tether.worker")
 
@@ -186,7 +187,64 @@ class Maintenance:
 
     # -- handoff ------------------------------------------------------------------------
 
-    async def handoff(self, deliveries: Iterable[Delivery]) -> int:
+    async def hand_off(
+        self,
+        deliveries: Sequence[Delivery],
+        what: str,
+        also: Callable[[Sequence[Delivery]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Give ``deliveries`` to 'abandoned', for other workers to take at once (and run
+        ``also`` on them, such as giving back their flow-control slots), then forget them
+        here whatever the server said: what could not be handed off comes back to the
+        others when this worker's lease expires. ``what`` says why, in the log."""
+        if not deliveries:
+            return
+        try:
+            moved = await self._handoff(deliveries)
+            log.info(
+                "handed off %d %s (%s) to other workers",
+                moved, "entry" if moved == 1 else "entries", what,
+            )  # fmt: skip
+            if also is not None:
+                await also(deliveries)
+        except ResponseError as exc:
+            if not is_missing_group(exc) and not is_out_of_memory(exc):
+                raise
+            log.warning("could not hand off %d entries (%s)", len(deliveries), exc)
+        except TRANSIENT_ERRORS as exc:
+            log.warning(
+                "could not hand off %d entries (%s); they return when the lease expires",
+                len(deliveries),
+                exc,
+            )
+        self._ledger.release(deliveries)
+
+    async def hand_off_leftovers(
+        self,
+        queues: Iterable[QueueState],
+        also: Callable[[Sequence[Delivery]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Hand off whatever this consumer still owns on ``queues`` (a settle that failed,
+        a read whose reply was lost, what an embedding dropped at shutdown), so nothing
+        waits for the lease to expire."""
+        try:
+            for queue in queues:
+                own = await self.own_pending(queue)
+                if own:
+                    leftovers = [
+                        self._ledger.get(queue.streams[sidx - 1], eid)
+                        or Delivery(queue, sidx, eid, None, 0, counted=False)
+                        for sidx, eid in own
+                    ]
+                    await self.hand_off(leftovers, "left over", also)
+        except ResponseError as exc:
+            if not is_missing_group(exc):
+                raise
+            log.warning("the server lost this worker's streams (%s); no leftovers to hand off", exc)
+        except TRANSIENT_ERRORS as exc:
+            log.warning("could not check for leftover entries (%s)", exc)
+
+    async def _handoff(self, deliveries: Iterable[Delivery]) -> int:
         by_stream: dict[tuple[QueueState, str], list[Delivery]] = {}
         for d in deliveries:
             by_stream.setdefault((d.queue, d.stream), []).append(d)

@@ -20,15 +20,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import secrets
 import signal
 import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
-
-from redis.exceptions import ResponseError
 
 from .._errors import ConfigError, ServerError, TetherError
 from .._keys import known_queues_key, registry_keys
@@ -40,8 +37,6 @@ from .._redis import (
     close_async,
     describe_error,
     is_fatal,
-    is_missing_group,
-    is_out_of_memory,
     sync_client,
 )
 from .._settings import PRIORITIES, WorkerSettings
@@ -235,7 +230,7 @@ class Worker:
                 await create_groups(self._client, (s for q in self.queues for s in q.streams))
                 if attempt:
                     log.info("connected to %s", self.app.target.redacted)
-                    self._reclaim_after = time.monotonic() + self._outage_grace()
+                    self._reclaim_after = time.monotonic() + self.settings.outage_grace
                 return server
             except FATAL_ERRORS as exc:
                 raise ServerError(describe_error(exc, self.app.target.redacted)) from None
@@ -248,7 +243,7 @@ class Worker:
                         f"{describe_error(exc, self.app.target.redacted)}; gave up after "
                         f"{give_up:g}s (connect_timeout)"
                     ) from None
-                delay = self._backoff(attempt)
+                delay = self.settings.reconnect_delay(attempt)
                 log.warning(
                     "%s; retrying in %.1fs", describe_error(exc, self.app.target.redacted), delay
                 )
@@ -285,7 +280,7 @@ class Worker:
             consumer=self.name,
             dead_letter_maxlen=app.settings.dead_letter_maxlen,
             counters=self.counters,
-            retry_delay=self._backoff,
+            retry_delay=self.settings.reconnect_delay,
             stats_window=app.settings.stats_window if app.settings.stats else None,
             flow=self._flow,
             metrics=None if self.metrics is None else self.metrics.tally,
@@ -311,9 +306,7 @@ class Worker:
             lease_held=self._lease_held,
             burst_done=self._burst_done,
             on_burst_done=self.stop,
-            backoff=self._backoff,
             sleep=self._sleep_unless_stopped,
-            outage_grace=self._outage_grace(),
             flow=self._flow,
             where=app.target.redacted,
         )
@@ -333,7 +326,7 @@ class Worker:
                     describe_error(self._lease.fatal, self.app.target.redacted)
                 ) from None
             attempt += 1
-            await self._sleep_unless_stopped(self._backoff(attempt))
+            await self._sleep_unless_stopped(self.settings.reconnect_delay(attempt))
         return False
 
     def _lease_keeper(self) -> LeaseKeeper:
@@ -504,12 +497,14 @@ class Worker:
         s = self.settings
         runner = self._runner
         self._flow.close()
-        await self._hand_off(runner.take_buffered(), "buffered")
+        # Handed-off entries give their flow-control slots back too.
+        maintenance, slots = self._maintenance, self._flow.release
+        await maintenance.hand_off(runner.take_buffered(), "buffered", slots)
         await asyncio.wait(loops, timeout=self.settings.reclaim_interval * 1.5 + 1)
         for task in loops:
             task.cancel()
         late, self.ledger.late = self.ledger.late, []
-        await self._hand_off(late, "fetched while stopping")
+        await maintenance.hand_off(late, "fetched while stopping", slots)
         if runner.busy:
             grace = 0.0 if self._aborted else s.shutdown_grace
             if grace:
@@ -517,9 +512,11 @@ class Worker:
             if not await self._wait_idle_unless_aborted(grace):
                 stuck = runner.cancel_running()
                 await asyncio.sleep(0)
-                await self._hand_off(stuck, "still running when the shutdown grace ended")
+                await maintenance.hand_off(
+                    stuck, "still running when the shutdown grace ended", slots
+                )
         await self._settler.drain(timeout=max(5.0, s.heartbeat_ttl))
-        await self._hand_off_leftovers()
+        await maintenance.hand_off_leftovers(self.queues, slots)
 
     async def _wait_idle_unless_aborted(self, grace: float) -> bool:
         assert self._abort_event is not None
@@ -531,48 +528,6 @@ class Worker:
             idle.cancel()
             return False
         return idle.result()
-
-    async def _hand_off(self, deliveries: list[Delivery], what: str) -> None:
-        if not deliveries:
-            return
-        try:
-            moved = await self._maintenance.handoff(deliveries)
-            log.info(
-                "handed off %d %s (%s) to other workers",
-                moved, "entry" if moved == 1 else "entries", what,
-            )  # fmt: skip
-            await self._flow.release(deliveries)
-        except ResponseError as exc:
-            if not is_missing_group(exc) and not is_out_of_memory(exc):
-                raise
-            log.warning("could not hand off %d entries (%s)", len(deliveries), exc)
-        except TRANSIENT_ERRORS as exc:
-            log.warning(
-                "could not hand off %d entries (%s); they return when the lease expires",
-                len(deliveries),
-                exc,
-            )
-        self.ledger.release(deliveries)
-
-    async def _hand_off_leftovers(self) -> None:
-        """Whatever this consumer still owns (a settle that failed, a read whose reply was
-        lost) goes to 'abandoned' too, so nothing waits for the lease to expire."""
-        try:
-            for queue in self.queues:
-                own = await self._maintenance.own_pending(queue)
-                if own:
-                    leftovers = [
-                        self.ledger.get(queue.streams[sidx - 1], eid)
-                        or Delivery(queue, sidx, eid, None, 0, counted=False)
-                        for sidx, eid in own
-                    ]
-                    await self._hand_off(leftovers, "left over")
-        except ResponseError as exc:
-            if not is_missing_group(exc):
-                raise
-            log.warning("the server lost this worker's streams (%s); no leftovers to hand off", exc)
-        except TRANSIENT_ERRORS as exc:
-            log.warning("could not check for leftover entries (%s)", exc)
 
     async def _finish(self) -> None:
         lease = self._lease
@@ -589,16 +544,6 @@ class Worker:
             )
 
     # -- helpers ------------------------------------------------------------------------
-
-    def _outage_grace(self) -> float:
-        """How long after an outage reclaim waits: two heartbeats, so every live worker
-        renews its lease (which may have expired while the server was away) before anyone
-        judges it dead."""
-        return 2 * self.settings.heartbeat_interval + self.settings.reclaim_interval
-
-    def _backoff(self, attempt: int) -> float:
-        cap = self.settings.reconnect_max_delay
-        return float(min(cap, 0.1 * 2 ** min(attempt, 10)) * random.uniform(0.5, 1.0))
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         assert self._stop_event is not None

@@ -21,14 +21,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
-
-from redis.exceptions import ResponseError
 
 from ..._core import Core
 from ..._errors import ConfigError, ServerError
@@ -40,8 +37,6 @@ from ..._redis import (
     async_client,
     close_async,
     describe_error,
-    is_missing_group,
-    is_out_of_memory,
     sync_client,
 )
 from ..._settings import WorkerSettings
@@ -52,7 +47,7 @@ from ...worker._ledger import Ledger
 from ...worker._maintenance import Maintenance
 from ...worker._server import check_eviction_policy, check_version, create_groups
 from ...worker._settle import Settler
-from ...worker._state import Delivery, QueueState, WorkerCounters
+from ...worker._state import QueueState, WorkerCounters
 from ._delivery import TaskiqDelivery
 from ._handover import Handover
 
@@ -173,7 +168,7 @@ class Consumer:
                 await create_groups(self._client, (s for q in self.queues for s in q.streams))
                 if attempt:
                     log.info("connected to %s", where)
-                    self._reclaim_after = time.monotonic() + self._outage_grace()
+                    self._reclaim_after = time.monotonic() + self.settings.outage_grace
                 return server
             except FATAL_ERRORS as exc:
                 raise ServerError(describe_error(exc, where)) from None
@@ -184,7 +179,7 @@ class Consumer:
                         f"{describe_error(exc, where)}; gave up after {give_up:g}s "
                         "(connect_timeout)"
                     ) from None
-                delay = self._backoff(attempt)
+                delay = self.settings.reconnect_delay(attempt)
                 log.warning("%s; retrying in %.1fs", describe_error(exc, where), delay)
                 await asyncio.sleep(delay)
 
@@ -196,7 +191,7 @@ class Consumer:
             consumer=self.name,
             dead_letter_maxlen=core.settings.dead_letter_maxlen,
             counters=self.counters,
-            retry_delay=self._backoff,
+            retry_delay=self.settings.reconnect_delay,
             stats_window=None,
             linger=self._ack_linger,
             linger_batch=s.pending_limit // 2,
@@ -235,9 +230,7 @@ class Consumer:
             lease_held=self._lease_held,
             burst_done=lambda: False,
             on_burst_done=lambda: None,
-            backoff=self._backoff,
             sleep=self._sleep_unless_stopped,
-            outage_grace=self._outage_grace(),
             where=core.target.redacted,
         )
 
@@ -272,7 +265,7 @@ class Consumer:
             if self._lease.fatal is not None:
                 raise ServerError(describe_error(self._lease.fatal, self.core.target.redacted))
             attempt += 1
-            await asyncio.sleep(self._backoff(attempt))
+            await asyncio.sleep(self.settings.reconnect_delay(attempt))
         self._lease.start()
 
     def record(self) -> dict[str, Any]:
@@ -397,13 +390,14 @@ class Consumer:
         self._stopping = True
         self._stop_event.set()
         self._wake.set()
-        if self.handover is not None:
-            await self._hand_off(self.handover.take_buffered(), "buffered")
+        if self.handover is None:  # never composed: nothing was fetched
+            return
+        await self._maintenance.hand_off(self.handover.take_buffered(), "buffered")
         for task in self._fetch_tasks:
             task.cancel()
         await asyncio.gather(*self._fetch_tasks, return_exceptions=True)
         late, self.ledger.late = self.ledger.late, []
-        await self._hand_off(late, "fetched while stopping")
+        await self._maintenance.hand_off(late, "fetched while stopping")
 
     async def close(self) -> None:
         """Settle what taskiq acknowledged, hand off what is left, release the lease last."""
@@ -412,8 +406,9 @@ class Consumer:
         self._closed = True
         try:
             await self.stop_fetching()
-            await self._settler.drain(timeout=3.0)
-            await self._hand_off_leftovers()
+            if self.handover is not None:
+                await self._settler.drain(timeout=3.0)
+                await self._maintenance.hand_off_leftovers(self.queues)
         finally:
             await self._release()
 
@@ -436,55 +431,7 @@ class Consumer:
             done = " ".join(f"{k}={v}" for k, v in self.counters.as_dict().items() if v)
             log.info("taskiq worker %s stopped: %s", self.name, done)
 
-    async def _hand_off(self, deliveries: Sequence[Delivery], what: str) -> None:
-        if not deliveries:
-            return
-        try:
-            moved = await self._maintenance.handoff(deliveries)
-            log.info("handed off %d entries (%s) to other workers", moved, what)
-        except ResponseError as exc:
-            if not is_missing_group(exc) and not is_out_of_memory(exc):
-                raise
-            log.warning("could not hand off %d entries (%s)", len(deliveries), exc)
-        except TRANSIENT_ERRORS as exc:
-            log.warning(
-                "could not hand off %d entries (%s); they return when the lease expires",
-                len(deliveries),
-                exc,
-            )
-        self.ledger.release(deliveries)
-
-    async def _hand_off_leftovers(self) -> None:
-        """Whatever this consumer still owns (taskiq's own prefetched messages it dropped at
-        shutdown, tasks still running when it gave up waiting, a settle that failed) goes
-        to 'abandoned' too, so nothing waits for the lease to expire."""
-        try:
-            for queue in self.queues:
-                own = await self._maintenance.own_pending(queue)
-                leftovers: list[Delivery] = []
-                for sidx, entry_id in own:
-                    held = self.ledger.get(queue.streams[sidx - 1], entry_id)
-                    leftovers.append(
-                        held
-                        if isinstance(held, TaskiqDelivery)
-                        else TaskiqDelivery(queue, sidx, entry_id, None, 0, counted=False)
-                    )
-                await self._hand_off(leftovers, "left over")
-        except ResponseError as exc:
-            if not is_missing_group(exc):
-                raise
-            log.warning("the server lost this worker's streams (%s); no leftovers to hand off", exc)
-        except TRANSIENT_ERRORS as exc:
-            log.warning("could not check for leftover entries (%s)", exc)
-
     # -- helpers ------------------------------------------------------------------------
-
-    def _outage_grace(self) -> float:
-        return 2 * self.settings.heartbeat_interval + self.settings.reclaim_interval
-
-    def _backoff(self, attempt: int) -> float:
-        cap = self.settings.reconnect_max_delay
-        return float(min(cap, 0.1 * 2 ** min(attempt, 10)) * random.uniform(0.5, 1.0))
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
