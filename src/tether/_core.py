@@ -62,6 +62,12 @@ class RegisteredTask(Protocol):
     @property
     def signature(self) -> inspect.Signature | None: ...
 
+    @property
+    def plain_arity(self) -> int:
+        """The argument count a call needs no binding check for (every parameter
+        positional, without a default); -1: check every call; -2: no signature."""
+        ...
+
 
 class Intercept(Protocol):
     """What :mod:`tether.testing` puts in place of the server: every enqueue (after its

@@ -95,7 +95,8 @@ class Task(Generic[P, R]):
         self.name = config.name
         self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn) if fn is not None else None
-        self._arity = _simple_arity(self.signature) if self.signature is not None else -2
+        self.plain_arity = _simple_arity(self.signature) if self.signature is not None else -2
+        """See :class:`~tether._core.RegisteredTask`."""
         self._plan: Plan | None = None
         self._plan_generation = app.generation
         self._call_options = call_options or CallOptions()
@@ -220,9 +221,9 @@ class Task(Generic[P, R]):
     def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """Refuse arguments that do not fit the signature (fast for plain signatures). A
         task known by name only is checked by the worker that runs it."""
-        if self._arity == -2:
+        if self.plain_arity == -2:
             return
-        if kwargs or len(args) != self._arity:
+        if kwargs or len(args) != self.plain_arity:
             self.bind_arguments(args, kwargs)
 
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:

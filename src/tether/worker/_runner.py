@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import inspect
 import logging
 import time
 from collections import deque
@@ -97,7 +96,6 @@ class Runner:
         """Wait times are measured for the statistics, and for the metrics when asked."""
         self._scopes_of: tuple[Middleware, ...] = ()
         self._scoped = False
-        self._arities: dict[int, tuple[inspect.Signature, int]] = {}
 
     # -- admission ----------------------------------------------------------------------
 
@@ -336,7 +334,7 @@ class Runner:
             log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
             return await self._dead(delivery, env, reason)
         signature = task.signature
-        if signature is not None and (env.kwargs or len(env.args) != self._plain_arity(signature)):
+        if signature is not None and (env.kwargs or len(env.args) != task.plain_arity):
             try:
                 signature.bind(*env.args, **env.kwargs)
             except TypeError as exc:
@@ -350,16 +348,6 @@ class Runner:
             admitted = await flow.admit(delivery, env, bound, task.config.limits)
             return (env, task, target) if admitted else None
         return env, task, target
-
-    def _plain_arity(self, signature: inspect.Signature) -> int:
-        """The argument count a call of ``signature`` may have with no binding check (all
-        parameters positional without defaults); -1 when every call is checked in full."""
-        known = self._arities.get(id(signature))
-        if known is None or known[0] is not signature:
-            params = signature.parameters.values()
-            plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
-            known = self._arities[id(signature)] = (signature, len(params) if plain else -1)
-        return known[1]
 
     async def _admit_suspect(self, delivery: Delivery) -> tuple[bool, Outcome | None]:
         """A reclaimed entry: quarantine it if it was started too often, else count this

@@ -97,7 +97,7 @@ class Settler:
         self._pending.append((delivery, outcome))
         self._idle.clear()
         self._wake.set()
-        if len(self._pending) >= self._linger_batch:
+        if self._linger and len(self._pending) >= self._linger_batch:
             self._batch_ready.set()
 
     @property
