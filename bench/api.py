@@ -29,7 +29,6 @@ import asyncio
 import gc
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,8 +40,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
+from bench import fleet  # noqa: E402
 from tether import Tether  # noqa: E402
+from tether._embedded import free_port  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 QUEUE = "default"
@@ -115,24 +117,12 @@ async def fill(url: str, namespace: str, scale: float) -> Filled:
         keys = app.keys(QUEUE)
         client: Any = app.client
         names = [f"bench-worker-{i:02d}" for i in range(n_workers)]
-        from tether._keys import known_queues_key, registry_keys
-        from tether._version import __version__
-
-        index, prefix = registry_keys(namespace)
-        now_ms = int(time.time() * 1000)
         pipe = client.pipeline(transaction=False)
-        for i, name in enumerate(names):
-            record = {
-                "name": name, "host": "bench", "pid": 1000 + i, "version": __version__,
-                "queues": [QUEUE], "concurrency": 16, "max_pending": 16,
-                "started_ms": now_ms, "heartbeat_ms": now_ms, "held": 0, "running": 0,
-                "counters": {"claimed": 0, "handed_off": 0, "lost_leases": 0,
-                             "quarantined": 0, "succeeded": 0, "failed": 0, "retried": 0},
-            }  # fmt: skip
-            pipe.set(prefix + name, json.dumps(record), px=3_600_000)
-            pipe.zadd(index, {name: now_ms})
-            pipe.set(keys.lease(name), "bench", px=3_600_000)
-        pipe.zadd(known_queues_key(namespace), {QUEUE: 0})
+        idle: dict[str, int] = dict.fromkeys(
+            ("claimed", "handed_off", "lost_leases", "quarantined", "succeeded", "failed",
+             "retried"), 0,
+        )  # fmt: skip
+        fleet.add_workers(pipe, app, names, [QUEUE], held=0, counters=lambda i: idle)
         await pipe.execute()
         # 50 entries delivered to the first workers (and left unsettled): the running list.
         for i in range(5):
@@ -224,12 +214,6 @@ def endpoints(f: Filled) -> list[tuple[str, Callable[[int], Request]]]:
     ]  # fmt: skip
 
 
-def command_calls(info: dict[str, Any]) -> int:
-    return sum(
-        int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_") and k != "cmdstat_info"
-    )
-
-
 async def measure(base: str, url: str, f: Filled, n: int) -> dict[str, dict[str, float]]:
     import httpx
     import redis
@@ -246,7 +230,7 @@ async def measure(base: str, url: str, f: Filled, n: int) -> dict[str, dict[str,
                     method, path, body = make(i)
                     await client.request(method, path, json=body)
             count = n if reads else min(n, WRITES)
-            before = command_calls(counter.info("commandstats"))
+            before = fleet.command_calls(counter.info("commandstats"))
             times = []
             for i in range(count):
                 method, path, body = make(i)
@@ -255,7 +239,7 @@ async def measure(base: str, url: str, f: Filled, n: int) -> dict[str, dict[str,
                 times.append((time.perf_counter() - started) * 1000)
                 if answer.status_code >= 400:
                     raise SystemExit(f"{name}: {answer.status_code} {answer.text[:300]}")
-            after = command_calls(counter.info("commandstats"))
+            after = fleet.command_calls(counter.info("commandstats"))
             times.sort()
             out[name] = {
                 "p50_ms": statistics.median(times),
@@ -280,30 +264,15 @@ def serve(port: int) -> None:
     uvicorn.run(web_app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_server(url: str, namespace: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "BENCH_API_URL": url, "BENCH_API_NAMESPACE": namespace}
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__)), "--serve", str(port)], env=env, cwd=ROOT
     )
-    import httpx
-
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(base + "/api/health", timeout=1)
-            return proc, base
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the API server did not start") from None
-            time.sleep(0.1)
+    fleet.wait_answering(proc, base + "/api/health", "the API server")
+    return proc, base
 
 
 async def run_scale(url: str, namespace: str, scale: float, n: int) -> dict[str, Any]:

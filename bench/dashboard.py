@@ -32,7 +32,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,8 +43,11 @@ from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
+from bench import fleet  # noqa: E402
 from tether import Tether  # noqa: E402
+from tether._embedded import free_port  # noqa: E402
 from tether._histogram import bucket  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
@@ -111,9 +113,6 @@ async def fill(url: str, namespace: str, scale: float) -> Filled:
 
     import redis
 
-    from tether._keys import known_queues_key, registry_keys
-    from tether._version import __version__
-
     logging.getLogger("tether").setLevel(logging.ERROR)
     per_queue = {
         "queued": int(100_000 * scale) // len(QUEUES),
@@ -140,22 +139,12 @@ async def fill(url: str, namespace: str, scale: float) -> Filled:
                 [(i,) for i in range(per_queue["delayed"])]
             )
         client: Any = app.client
-        index, prefix = registry_keys(namespace)
         names = [f"bench-worker-{i:02d}" for i in range(20)]
-        now_ms = int(time.time() * 1000)
         pipe = client.pipeline(transaction=False)
-        for i, name in enumerate(names):
-            record = {
-                "name": name, "host": "bench", "pid": 1000 + i, "version": __version__,
-                "queues": QUEUES, "concurrency": 16, "max_pending": 16,
-                "started_ms": now_ms, "heartbeat_ms": now_ms, "held": 1, "running": 1,
-                "counters": {"claimed": 0, "succeeded": 100 * i, "failed": i, "retried": 0},
-            }  # fmt: skip
-            pipe.set(prefix + name, json.dumps(record), px=3_600_000)
-            pipe.zadd(index, {name: now_ms})
-            for q in QUEUES:
-                pipe.set(app.keys(q).lease(name), "bench", px=3_600_000)
-        pipe.zadd(known_queues_key(namespace), dict.fromkeys(QUEUES, 0))
+        fleet.add_workers(
+            pipe, app, names, QUEUES, held=1,
+            counters=lambda i: {"claimed": 0, "succeeded": 100 * i, "failed": i, "retried": 0},
+        )  # fmt: skip
         await pipe.execute()
         # One entry per queue delivered to a worker and left unsettled: 50 running.
         for i, q in enumerate(QUEUES):
@@ -192,12 +181,6 @@ def pages(f: Filled) -> list[tuple[str, str]]:
     ]
 
 
-def command_calls(info: dict[str, Any]) -> int:
-    return sum(
-        int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_") and k != "cmdstat_info"
-    )
-
-
 def server_ms(header: str) -> float:
     found = re.search(r"dur=([\d.]+)", header)
     if found is None:
@@ -217,7 +200,7 @@ async def measure(base: str, url: str, f: Filled, n: int) -> dict[str, dict[str,
         for name, path in pages(f):
             for _ in range(2):  # warm-up: connections, scripts, templates
                 await client.get(path)
-            before = command_calls(counter.info("commandstats"))
+            before = fleet.command_calls(counter.info("commandstats"))
             server, wall, size = [], [], 0
             for _ in range(n):
                 started = time.perf_counter()
@@ -227,7 +210,7 @@ async def measure(base: str, url: str, f: Filled, n: int) -> dict[str, dict[str,
                     raise SystemExit(f"{name}: {answer.status_code} {answer.text[:300]}")
                 server.append(server_ms(answer.headers.get("server-timing", "")))
                 size = len(answer.content)
-            after = command_calls(counter.info("commandstats"))
+            after = fleet.command_calls(counter.info("commandstats"))
             server.sort()
             out[name] = {
                 "server_p50_ms": statistics.median(server),
@@ -244,16 +227,8 @@ async def measure(base: str, url: str, f: Filled, n: int) -> dict[str, dict[str,
 # -- the server process -------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_server(url: str, namespace: str) -> tuple[subprocess.Popen[bytes], str]:
     """``tether web`` serving this module's app (its tasks and schedule) on the namespace."""
-    import httpx
-
     port = free_port()
     env = {**os.environ, "BENCH_DASH_URL": url, "BENCH_DASH_NAMESPACE": namespace,
            "TETHER_WEB_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}  # fmt: skip
@@ -263,15 +238,8 @@ def start_server(url: str, namespace: str) -> tuple[subprocess.Popen[bytes], str
         env=env, cwd=ROOT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(base + "/login", timeout=1)
-            return proc, base
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the dashboard did not start") from None
-            time.sleep(0.1)
+    fleet.wait_answering(proc, base + "/login", "the dashboard")
+    return proc, base
 
 
 async def run_scale(url: str, namespace: str, scale: float, n: int) -> dict[str, Any]:

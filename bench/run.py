@@ -75,22 +75,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def bench_interpreter(args: argparse.Namespace) -> None:
-    """Tether and the floor run in this interpreter; it must import this checkout's Tether.
-    From a fresh clone it cannot: make bench/.venvs/tether and run again inside it."""
-    if envs.imports_this_tether(sys.executable, need_server=not args.url):
-        return
-    if os.environ.get("BENCH_BOOTSTRAPPED"):
-        sys.exit(f"{sys.executable} cannot import Tether from {ROOT / 'src'}")
-    log("making bench/.venvs/tether (this checkout's Tether, editable) ...")
-    try:
-        python = envs.ensure("tether", envs.tether_requirements(), envs.tether_fingerprint())
-    except envs.EnvError as exc:
-        sys.exit(f"cannot make the bench's own environment: {exc}")
-    os.environ["BENCH_BOOTSTRAPPED"] = "1"
-    os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
-
-
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -205,7 +189,8 @@ def cpu_model() -> str:
 
 def main() -> int:
     args = parse()
-    bench_interpreter(args)
+    # Tether and the floor run in this interpreter; it must import this checkout's Tether.
+    envs.run_with_this_tether(__file__, need_server=not args.url)
     cores = procs.core_plan()
     driver_cores, worker_cores = cores
     procs.pin(0, driver_cores)
