@@ -4,7 +4,6 @@ reading values back with prometheus-client's parser."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,12 +33,6 @@ def check_exposition(text: str) -> None:
     """``promtool check metrics``: the format, and the naming conventions (``_total`` on
     counters, base units, help texts)."""
     promtool_run("check", "metrics", stdin=text)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

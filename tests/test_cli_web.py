@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +16,13 @@ import httpx
 import pytest
 
 from tether import Tether
+from tether._embedded import free_port
 
 from .apps import ops
 from .helpers import FAST, ROOT, WorkerProcess, wait_until
 from .web_helpers import TOKEN, valkey_url  # noqa: F401  (a fixture)
 
 APP = "tests.apps.ops:app"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:

@@ -19,12 +19,12 @@ import pytest
 import redis
 
 from tether import ConfigError, Tether
-from tether._embedded import EmbeddedServer, embedded_binary
+from tether._embedded import EmbeddedServer, embedded_binary, free_port
 from tether.metrics import METRICS, Exporter, exposition
 from tether.web import create_app
 
 from .helpers import ROOT, WorkerProcess, running_worker, wait_until
-from .metrics_helpers import check_exposition, free_port, scrape
+from .metrics_helpers import check_exposition, scrape
 from .web_helpers import TOKEN, serving, valkey_url  # noqa: F401  (a fixture)
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

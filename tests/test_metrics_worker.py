@@ -17,9 +17,10 @@ import pytest
 import redis
 
 from tether import ConfigError, TaskFailed, Tether, WorkerSettings
+from tether._embedded import free_port
 
 from .helpers import ROOT, ServerInfo, WorkerProcess, running_worker, wait_until
-from .metrics_helpers import check_exposition, free_port, scrape
+from .metrics_helpers import check_exposition, scrape
 
 N = 30
 
