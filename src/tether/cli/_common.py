@@ -118,6 +118,15 @@ def _one_line(exc: BaseException) -> str:
     return describe_error(exc, where, refused_in_script(str(exc)))
 
 
+log_level_option = click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+"""``--log-level`` of every command that runs until stopped."""
+
+
 def connection_options(fn: F) -> F:
     """``--url``, ``--namespace`` and ``--debug``. Given on the command line, ``--url`` and
     ``--namespace`` win over the values in the app's code; from the environment they fill in

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import connection_options, open_app, setup_logging
+from ._common import connection_options, log_level_option, open_app, setup_logging
 
 if TYPE_CHECKING:
     from ..metrics import Exporter
@@ -41,12 +41,7 @@ MIN_TOKEN_LENGTH = 16
     show_default=True,
     help="Seconds a scrape may spend reading Redis before it answers tether_up 0.",
 )
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
+@log_level_option
 @connection_options
 def exporter(
     app_spec: str | None,

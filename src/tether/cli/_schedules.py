@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ._common import connection_options, console, open_app, run, setup_logging
+from ._common import connection_options, console, log_level_option, open_app, run, setup_logging
 
 if TYPE_CHECKING:
     from .._app import Tether
@@ -109,7 +109,7 @@ def _short(moment: Any) -> str:
     "--loop-interval", type=float, default=0.5, show_default=True, help="Seconds between passes."
 )
 @click.option("--leader-ttl", type=float, default=10.0, show_default=True, help="Leadership lease.")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level_option
 def scheduler(
     app_spec: str,
     url: str | None,

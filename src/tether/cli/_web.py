@@ -9,7 +9,7 @@ import logging
 import click
 
 from ._bind import DEFAULT_BIND
-from ._common import connection_options, open_app, setup_logging
+from ._common import connection_options, log_level_option, open_app, setup_logging
 
 
 @click.command()
@@ -27,12 +27,7 @@ from ._common import connection_options, open_app, setup_logging
     "address without either, a token is generated for the run and logged).",
 )
 @click.option("--read-only", is_flag=True, help="Answer 403 to every state-changing call.")
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
+@log_level_option
 @connection_options
 def web(
     app_spec: str | None,

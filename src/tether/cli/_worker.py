@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from .._settings import WorkerSettings
-from ._common import F, connection_options, open_app, setup_logging
+from ._common import F, connection_options, log_level_option, open_app, setup_logging
 
 # Short forms kept from before the options were generated.
 _SHORT = {"queues": "-q", "concurrency": "-c"}
@@ -90,12 +90,7 @@ def explicit_settings(ctx: click.Context, values: dict[str, Any]) -> dict[str, A
 @click.command()
 @click.argument("app_spec", metavar="APP")
 @settings_options
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
+@log_level_option
 @connection_options
 @click.pass_context
 def worker(
