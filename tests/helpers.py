@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import redis
 
@@ -81,7 +81,29 @@ def wait_until(check: Callable[[], Any], timeout: float = 10.0, interval: float 
         time.sleep(interval)
 
 
-class WorkerProcess:
+class LoggedProcess:
+    """A process a test started, its output in ``log_path`` (subclasses start it)."""
+
+    process: subprocess.Popen[bytes]
+    pid: int
+    log_path: Path
+    _log: BinaryIO
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.process.wait(timeout)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+class WorkerProcess(LoggedProcess):
     """``tether worker`` in its own process, with the test's URL and namespace."""
 
     def __init__(
@@ -133,19 +155,6 @@ class WorkerProcess:
             return bool(client.exists(self.lease_key(self.queues[0])))
 
         wait_until(ready, timeout)
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.pid, sig)
-
-    def wait(self, timeout: float = 30.0) -> int:
-        return self.process.wait(timeout)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
 
     def kill_now(self) -> None:
         if self.process.poll() is None:

@@ -16,13 +16,13 @@ from taskiq.kicker import AsyncKicker
 
 from tether.contrib.taskiq import TetherBroker
 
-from .helpers import FAST, ROOT, wait_until
+from .helpers import FAST, ROOT, LoggedProcess, wait_until
 
 APP = "tests.apps.taskiq_tasks:broker"
 TASKIQ = str(Path(sys.executable).parent / "taskiq")
 
 
-class TaskiqWorker:
+class TaskiqWorker(LoggedProcess):
     """``taskiq worker tests.apps.taskiq_tasks:broker`` in a session of its own: taskiq's
     process manager and its worker process(es). ``name`` is the broker's stable name, so
     worker process N is consumer ``<name>-N``."""
@@ -94,19 +94,6 @@ class TaskiqWorker:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         self.process.wait(10)
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.pid, sig)
-
-    def wait(self, timeout: float = 30.0) -> int:
-        return self.process.wait(timeout)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
 
     def kill_now(self) -> None:
         if self.process.poll() is None:
