@@ -416,13 +416,13 @@ def test_the_plugin_gives_an_isolated_app_and_drain(tmp_path: Path) -> None:
 
 
 def test_the_plugin_starts_nothing_unless_asked(tmp_path: Path) -> None:
-    done = run_pytest(
-        tmp_path,
+    source = """
+        def test_plain(request):
+            # No fixture of the plugin's is used unless a test asks for it.
+            assert not [f for f in request.fixturenames if f.startswith("tether_")]
         """
-        def test_plain():
-            assert True
-        """,
-        "--setup-plan",
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "tether_server" not in done.stdout
+    planned = run_pytest(tmp_path, source, "--setup-plan")  # what would be set up
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "tether_server" not in planned.stdout
+    ran = run_pytest(tmp_path, source)  # and the test itself, run
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
