@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._envelope import JsonSerializer, Serializer
 from ._errors import ConfigError, NotOpen
-from ._keys import QueueKeys
+from ._keys import QueueKeys, queue_keys
 from ._middleware import Middleware
 from ._redis import (
     AsyncClient,
@@ -143,7 +143,6 @@ class Core:
         self.intercept: Intercept | None = None
         """Set by :mod:`tether.testing`: enqueues and handles are served in memory."""
         self.declared_schedules: list[Schedule] = []
-        self._keys: dict[str, QueueKeys] = {}
         self.generation = 0
         """Raised by :meth:`configure`: cached enqueue plans are stale."""
         self._client: AsyncClient | None = None
@@ -174,16 +173,12 @@ class Core:
         self.settings = settings
         if url is not None:
             self.url_source = "override"
-        self._keys.clear()
         # Tasks compute their enqueue plan (keys included) again at their next enqueue.
         self.generation += 1
 
     def keys(self, queue: str) -> QueueKeys:
-        """Every key of ``queue``, computed once."""
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys.of(self.namespace, queue)
-        return keys
+        """Every key of ``queue`` (cached for the queues in use, see :func:`queue_keys`)."""
+        return queue_keys(self.namespace, queue)
 
     def find_task(self, name: str) -> RegisteredTask | None:
         """The task registered as ``name``, else the first one a loader provides (registered

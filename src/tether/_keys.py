@@ -7,6 +7,7 @@ to scripts in ``KEYS``; no script builds a key and nothing scans the keyspace.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -83,12 +84,43 @@ class QueueKeys:
         return self.streams[PRIORITIES.index(priority)]
 
 
+KEYS_CACHED = 1024
+"""Queues whose keys :func:`queue_keys` keeps. Far more than a deployment serves; the cap is
+there because a queue name may come from outside (the queue part of a task id in a URL)."""
+
+
+@functools.lru_cache(maxsize=KEYS_CACHED)
+def queue_keys(namespace: str, queue: str) -> QueueKeys:
+    """:meth:`QueueKeys.of`, computed once for the queues in use. Bounded: every made-up task
+    id names a queue of its own, and an unbounded cache grew by each of them for good."""
+    return QueueKeys.of(namespace, queue)
+
+
+TASK_ID_MAX = 300
+"""The longest task id: a queue name (at most 100 characters), ':' and the rest."""
+
+_TASK_ID_RE = re.compile(
+    # The queue is a valid queue name; the rest is one token of printable characters: a
+    # stream entry (2-1732870000000-0), 32 hex digits, or a taskiq id with a suffix.
+    r"(?P<queue>[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}):[^\s:\x00-\x1f\x7f]{1,199}"
+)
+
+
 def queue_of_task_id(task_id: str) -> str:
-    """Task ids start with their queue, so a handle can be rebuilt from the id alone."""
-    queue, sep, rest = task_id.rpartition(":")
-    if not sep or not queue or not rest:
-        raise ValueError(task_id)
-    return queue
+    """Task ids start with their queue, so a handle can be rebuilt from the id alone.
+    ValueError for anything else: ids come from callers (URLs, forms), and a queue part
+    that is no queue name must not reach a key."""
+    found = _TASK_ID_RE.fullmatch(task_id) if isinstance(task_id, str) else None
+    if found is None:
+        raise ValueError(clipped(task_id))
+    return found["queue"]
+
+
+def clipped(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to about ``limit`` characters: a made-up id may be megabytes
+    long, and goes into error messages, logs and pages."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown)} characters)"
 
 
 def task_id_problem(value: object) -> str:
@@ -99,7 +131,7 @@ def task_id_problem(value: object) -> str:
     )
     if isinstance(value, str) and re.fullmatch(r"\d{1,20}-\d{1,20}", value):
         return f"{value!r} is a stream entry id, not a task id: {forms}"
-    return f"{value!r} is not a Tether task id: {forms}"
+    return f"{clipped(value)} is not a Tether task id: {forms}"
 
 
 def derived_task_id(queue: str, sidx: int, entry_id: str) -> str:

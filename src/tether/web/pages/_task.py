@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ..._errors import ConfigError, TaskNotFound, TetherError
-from ..._keys import entry_of_task_id
+from ..._keys import clipped, entry_of_task_id, queue_of_task_id, task_id_problem
 from ..._lifecycle import cancel
 from ..._status import CancelResult
 from ...admin import TaskInfo, run_now
@@ -75,6 +75,16 @@ def timeline(info: TaskInfo) -> list[Event]:
     return events
 
 
+def checked(task_id: str) -> str:
+    """A posted task id, or :class:`ConfigError` saying why it is malformed. A form field
+    has no length limit: the message names it cut short (it travels in a cookie)."""
+    try:
+        queue_of_task_id(task_id)
+    except ValueError:
+        raise ConfigError(task_id_problem(task_id)) from None
+    return task_id
+
+
 def routes(ctx: WebContext) -> APIRouter:
     pages = APIRouter(route_class=route_class(ctx), include_in_schema=False)
     write = writer(ctx)
@@ -106,9 +116,9 @@ def routes(ctx: WebContext) -> APIRouter:
         task_id = (await form_value(request, "task_id")) or ""
         target = await form_value(request, "next")
         try:
-            result = await cancel(await ctx.core(), task_id)
+            result = await cancel(await ctx.core(), checked(task_id))
         except (TetherError, LookupError) as exc:
-            return back(request, target, f"Could not cancel {task_id!r}: {exc}", ok=False)
+            return back(request, target, f"Could not cancel {clipped(task_id)}: {exc}", ok=False)
         audit(who, "task.cancel", ids=[task_id], result=result.value)
         return back(request, target, CANCEL_WORDS[result].format(id=task_id), ok=bool(result))
 
@@ -117,9 +127,9 @@ def routes(ctx: WebContext) -> APIRouter:
         task_id = (await form_value(request, "task_id")) or ""
         target = await form_value(request, "next")
         try:
-            moved = await run_now(await ctx.core(), task_id)
+            moved = await run_now(await ctx.core(), checked(task_id))
         except (TetherError, LookupError) as exc:
-            return back(request, target, f"Could not run {task_id!r} now: {exc}", ok=False)
+            return back(request, target, f"Could not run {clipped(task_id)} now: {exc}", ok=False)
         if not moved:
             words = f"Task {task_id} is not waiting for its due time: nothing to run now."
             return back(request, target, words, ok=False)
