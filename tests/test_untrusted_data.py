@@ -132,3 +132,43 @@ async def test_dashboard_form_posts_with_made_up_ids_leave_memory_bounded(base: 
         assert set(answers) == {303}
         shown = (await browser.get("/")).text
         assert "is not a Tether task id" in shown and len(shown) < 100_000
+
+
+# -- C7: payloads nested deeper than a JSON encoder goes ------------------------------------
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def depth_of(value: Any) -> int:
+    """Levels of lists and objects down to the first leaf that is neither."""
+    levels = 0
+    while isinstance(value, (list, dict)) and value:
+        value = value[0] if isinstance(value, list) else next(iter(value.values()))
+        levels += 1
+    return levels
+
+
+async def test_arguments_nested_480_levels_deep_render_in_the_api_and_the_task_page(
+    app: Tether, client: httpx.AsyncClient
+) -> None:
+    """The producer accepts them; the API answered 500 (pydantic refuses 255 levels) and
+    so did the task page (the indenting JSON encoder ran out of stack)."""
+
+    @app.task
+    async def deep(value: Any, *, more: Any = None) -> None: ...
+
+    handle = await deep.enqueue(nested(480), more={"k": nested(480)})
+    answer = await client.get(f"/api/tasks/{handle.id}")
+    assert answer.status_code == 200, answer.text[:300]
+    body = answer.json()
+    assert body["status"] == "queued" and body["task"] == deep.name
+    # Cut at 64 levels below the arguments, with a marker saying so.
+    assert depth_of(body["args"]) == 64 and "nested deeper than 64 levels" in answer.text
+    assert depth_of(body["kwargs"]) == 64
+    page = await client.get("/task", params={"id": handle.id})
+    assert page.status_code == 200 and "nested deeper than 64 levels" in page.text

@@ -103,8 +103,35 @@ def utc(moment: datetime | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+MAX_DEPTH = 64
+"""Levels of nesting of a task's arguments, result or error that the API and the pages show.
+A producer can write values nested about 1,000 deep (Python's recursion limit) and a
+producer other than Tether deeper still, but pydantic refuses to serialize past 255 levels
+and the json module's indenting encoder recurses in Python: the levels past this one are
+replaced by :data:`TOO_DEEP`, so any payload renders."""
+
+TOO_DEEP = f"... (nested deeper than {MAX_DEPTH} levels)"
+
+
+def shallow(value: Any, depth: int = MAX_DEPTH) -> Any:
+    """``value`` with the lists and objects nested more than ``depth`` levels below it
+    replaced by :data:`TOO_DEEP` (tuples as lists, as JSON has them). Recurses at most
+    ``depth`` levels itself."""
+    if isinstance(value, (list, tuple)):
+        if depth <= 0 and value:
+            return TOO_DEEP
+        return [shallow(v, depth - 1) for v in value]
+    if isinstance(value, dict):
+        if depth <= 0 and value:
+            return TOO_DEEP
+        return {k: shallow(v, depth - 1) for k, v in value.items()}
+    return value
+
+
 def pretty(value: Any) -> str:
-    """A value as indented JSON (arguments, results); its ``repr`` when JSON cannot say it."""
+    """A value as indented JSON (arguments, results), its deepest levels cut off (see
+    :func:`shallow`); its ``repr`` when JSON cannot say it."""
+    value = shallow(value)
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):
@@ -112,10 +139,11 @@ def pretty(value: Any) -> str:
 
 
 def pretty_text(text: str) -> str:
-    """A payload shown as indented JSON when it is JSON, else as it is."""
+    """A payload shown as indented JSON when it is JSON, else as it is (also when it nests
+    too deep for the parser: RecursionError)."""
     try:
         return pretty(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

@@ -18,6 +18,7 @@ from ..admin import (
     WorkerInfo,
 )
 from ..dead import SCAN_BUDGET, DeadLetter
+from ._format import shallow
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"
 ENTRY_PATTERN = r"^\d{1,20}-\d{1,20}$"
@@ -98,7 +99,7 @@ class DeadLetterOut(BaseModel):
             task=letter.task,
             status=letter.status,
             reason=letter.reason,
-            error=letter.error,
+            error=shallow(letter.error),
             payload=payload[:limit] if cut else payload,
             payload_truncated=cut,
             at=letter.at,

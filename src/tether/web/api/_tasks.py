@@ -1,5 +1,6 @@
 """A task by its id (status, attempts, result or error), cancel; per-task statistics."""
 
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -8,6 +9,7 @@ from ..._lifecycle import cancel
 from ...admin import TaskInfo, run_now
 from .._context import WebContext
 from .._errors import CONFLICT, NOT_FOUND, NotApplicable, TetherRoute
+from .._format import shallow
 from .._guard import audit
 from .._models import QUEUE_PATTERN, Cancelled, RanNow, TaskStatsPage
 from ._common import DEFAULT, Cursor, Limit, writer
@@ -30,8 +32,11 @@ def routes(ctx: WebContext) -> APIRouter:
     @api.get("/tasks/{task_id}", response_model=TaskInfo, responses=NOT_FOUND, tags=["tasks"])
     async def task(task_id: TaskId) -> TaskInfo:
         """Where the task is (queued, scheduled, running, retrying, succeeded, failed,
-        dead, cancelled), its attempt, arguments, and its result or error."""
-        return await (await ctx.stats()).task(task_id)
+        dead, cancelled), its attempt, arguments, and its result or error. Arguments and
+        results nested deeper than 64 levels show a marker in their place."""
+        info = await (await ctx.stats()).task(task_id)
+        return replace(info, args=shallow(info.args), kwargs=shallow(info.kwargs),
+                       result=shallow(info.result))  # fmt: skip
 
     @api.post(
         "/tasks/{task_id}/cancel", response_model=Cancelled, responses=NOT_FOUND, tags=["tasks"]
