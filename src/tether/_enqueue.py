@@ -30,10 +30,10 @@ from ._envelope import (
     plain_encoder,
 )
 from ._errors import EnqueueError, SerializationError
+from ._faults import Fault, classify, describe_error
 from ._handle import TaskHandle
 from ._keys import derived_task_id
 from ._middleware import Middleware, call_hooks, call_hooks_sync, overrides
-from ._redis import FATAL_ERRORS, TRANSIENT_ERRORS, describe_error
 from ._settings import PRIORITIES
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ async def _enqueue(
         else:
             replies = await _scripted(core, task, prepared)
             handles = _scripted_handles(core, plan, prepared.ids, replies)
-    except (redis.exceptions.RedisError, OSError) as exc:
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         raise _enqueue_error(core, task.name, exc) from exc
     if core.middleware and overrides(core.middleware, "on_enqueue"):
         await _on_enqueue(core.middleware, task, plan, handles)
@@ -303,7 +303,7 @@ def _enqueue_sync(
                 else:
                     replies += call.run_sync(core.sync_client)
             handles = _scripted_handles(core, plan, prepared.ids, replies)
-    except (redis.exceptions.RedisError, OSError) as exc:
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         raise _enqueue_error(core, task.name, exc) from exc
     if core.middleware and overrides(core.middleware, "on_enqueue"):
         # The async hooks run on a private loop, one for the whole call (a loop per task made
@@ -336,7 +336,7 @@ def enqueue_one_sync(
     try:
         client: Any = core.sync_client
         entry = client.execute_command("XADD", plan.stream, "*", "m", payload)
-    except (redis.exceptions.RedisError, OSError) as exc:
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         raise _enqueue_error(core, task.name, exc) from exc
     entry_id = entry.decode() if isinstance(entry, bytes) else str(entry)
     return TaskHandle(core, derived_task_id(plan.queue, plan.sidx, entry_id), plan.queue)
@@ -535,8 +535,11 @@ def _check_replicas(core: Core, acked: int) -> None:
 def _enqueue_error(core: Core, task: str, exc: BaseException) -> EnqueueError:
     """A clear EnqueueError naming the cause, for any error of the server or the network."""
     cause = describe_error(exc, core.target.redacted)
-    if isinstance(exc, TRANSIENT_ERRORS) and not isinstance(exc, FATAL_ERRORS):
-        # The command may have reached the server before the connection failed.
+    if classify(exc, core.target.redacted) is Fault.TRANSIENT and not isinstance(
+        exc, redis.exceptions.ResponseError
+    ):
+        # The command may have reached the server before the connection failed (a reply,
+        # BUSY or CLUSTERDOWN say, is a refusal: nothing was written).
         outcome = "it may or may not have been enqueued (give a dedup key to retry safely)"
     else:
         outcome = "nothing was enqueued"

@@ -16,9 +16,6 @@ however the URL is malformed (:func:`redact`).
 
 from __future__ import annotations
 
-import os
-import re
-import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -35,17 +32,6 @@ from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from ._errors import ConfigError
-
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a server loading its data)
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ClusterError,  # includes ClusterDownError and MasterDownError (failover)
-    redis.exceptions.TryAgainError,  # a slot being migrated
-    redis.exceptions.ReadOnlyError,  # a demoted master, until the client follows the promotion
-    ConnectionError,
-    OSError,
-)
-"""Errors that mean "the server is not reachable right now": retry with backoff, never crash."""
 
 AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
@@ -348,127 +334,6 @@ def close_sync(client: SyncClient) -> None:
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         sentinel.close()
-
-
-def is_missing_group(exc: BaseException) -> bool:
-    """The stream or its consumer group is gone: the server restarted without its data, or
-    someone deleted the stream (a read blocked on it then fails with UNBLOCKED). The entries
-    a worker held there no longer exist."""
-    message = str(exc)
-    return isinstance(exc, redis.exceptions.ResponseError) and (
-        "NOGROUP" in message or message.startswith("UNBLOCKED the stream key no longer exists")
-    )
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """The server refused a write because it reached ``maxmemory`` (policy noeviction)."""
-    return isinstance(exc, redis.exceptions.OutOfMemoryError) or (
-        isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("OOM")
-    )
-
-
-FATAL_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.AuthenticationError,
-    redis.exceptions.AuthorizationError,
-    redis.exceptions.NoPermissionError,
-)
-"""Errors no retry can fix: a wrong password, a user without the needed permissions."""
-
-_REFUSED_IN_SCRIPT = (
-    "The user executing the script can't",  # Redis 7.0, which does not name the command
-    "ACL failure in script",  # Valkey and newer Redis: "... to run the 'x' command ..."
-    "NOPERM",
-)
-_COMMAND_NAMED = re.compile(r"run the '([^']+)' command")
-
-
-def is_permission_error(exc: BaseException) -> bool:
-    """The user may not run a command or reach a key: refused by the server directly
-    (``NOPERM``), or inside a Lua script, whose error the server words differently."""
-    if isinstance(exc, redis.exceptions.NoPermissionError | redis.exceptions.AuthorizationError):
-        return True
-    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith(
-        _REFUSED_IN_SCRIPT
-    )
-
-
-def refused_command(message: str) -> str | None:
-    """The command a permission error names (``... to run the 'hscan' command``), if any."""
-    found = _COMMAND_NAMED.search(message)
-    return found.group(1).lower() if found else None
-
-
-_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and the errors it was raised from or during (redis-py wraps socket and TLS
-    errors in a ConnectionError whose context is the real cause)."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return chain
-
-
-def _is_tls(where: str) -> bool:
-    return where.partition("://")[0].lower().startswith(("rediss", "valkeys"))
-
-
-def is_fatal(exc: BaseException, where: str) -> bool:
-    """No retry can fix ``exc`` at the server ``where`` (a URL): a wrong password, a missing
-    permission, a TLS certificate the client refuses, a TLS file named in the URL that does
-    not exist. A worker stops at start-up on these instead of retrying forever."""
-    for cause in _causes(exc):
-        if isinstance(cause, (*FATAL_ERRORS, ssl.SSLCertVerificationError)):
-            return True
-        if isinstance(cause, FileNotFoundError) and _is_tls(where):
-            return True
-    return False
-
-
-def _missing_tls_files(where: str) -> list[str]:
-    query = {k: v[-1] for k, v in parse_qs(urlsplit(where).query).items()}
-    return [f"{k}={query[k]}" for k in _TLS_FILES if k in query and not os.path.exists(query[k])]
-
-
-def describe_error(exc: BaseException, where: str, command: str | None = None) -> str:
-    """One line for a person: what went wrong with the server at ``where``. For a missing
-    permission, ``command`` names the command refused when the error does not (Redis 7.0
-    inside a script: the caller can tell it from the script's line)."""
-    message = str(exc).strip() or type(exc).__name__
-    causes = _causes(exc)
-    if is_out_of_memory(exc):
-        return (
-            f"the server at {where} is out of memory (maxmemory reached with the noeviction "
-            "policy): free memory or raise maxmemory"
-        )
-    if isinstance(exc, redis.exceptions.AuthenticationError):
-        return f"authentication failed at {where}: wrong user name or password ({message})"
-    if is_permission_error(exc):
-        command = refused_command(message) or command
-        allow = f"; allow it with +{command} in the user's ACL rule" if command else ""
-        return f"the user lacks a permission at {where}: {message.rstrip('.')}{allow}"
-    for cause in causes:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return (
-                f"the TLS certificate of the server at {where} was refused "
-                f"({cause.verify_message or cause}): name the authority that signed it with "
-                "ssl_ca_certs=/path/to/ca.pem in the URL"
-            )
-        if isinstance(cause, FileNotFoundError) and _is_tls(where):
-            missing = ", ".join(_missing_tls_files(where)) or "a TLS file of the URL"
-            return f"cannot connect to {where}: no such file: {missing}"
-    if isinstance(exc, redis.exceptions.ReadOnlyError):
-        return f"the server at {where} is a read-only replica (a failover in progress?)"
-    if isinstance(exc, redis.exceptions.BusyLoadingError):
-        return f"the server at {where} is loading its data"
-    if isinstance(exc, redis.exceptions.TimeoutError):
-        return f"the server at {where} did not answer in time ({message})"
-    if isinstance(exc, redis.exceptions.ConnectionError | OSError):
-        return f"cannot reach the server at {where} ({message})"
-    return f"the server at {where} answered: {message}"
 
 
 def text(value: Any) -> str:

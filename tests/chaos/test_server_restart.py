@@ -61,7 +61,7 @@ def outage(chaos: Chaos, proc: object, *, down: float = 0.5) -> Outage:
         wait_until(lambda: len(producer.acked) > acked_before + 200, timeout=30)
     for w in fleet:
         assert w.alive(), w.log()
-        assert "lost the connection to Redis" in w.log(), "the worker never saw the outage"
+        assert "cannot reach the server" in w.log(), "the worker never saw the outage"
     return Outage(producer, killed_at, restarted, resumed)
 
 

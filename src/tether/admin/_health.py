@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from .._redis import TRANSIENT_ERRORS, describe_error, text
+from .._faults import TRANSIENT_ERRORS, describe_error
+from .._redis import text
 from ..scheduler._control import SchedulerKeys
 from ._models import Health, utc
 from ._replies import server_ms

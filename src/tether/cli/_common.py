@@ -108,7 +108,7 @@ def one_line_errors(fn: F) -> F:
 
 def _one_line(exc: BaseException) -> str:
     from .._errors import TetherError
-    from .._redis import describe_error
+    from .._faults import describe_error
     from ..scripts import refused_in_script
 
     if isinstance(exc, TetherError):
@@ -225,6 +225,6 @@ def run(app: Tether, work: Callable[[Tether], Awaitable[T]]) -> T:
     except (redis.RedisError, OSError) as exc:  # the server or the network, not the output
         if debugging():
             raise
-        from .._redis import describe_error
+        from .._faults import describe_error
 
         raise click.ClickException(describe_error(exc, app.target.redacted)) from None

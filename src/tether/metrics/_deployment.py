@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from .._redis import describe_error
+from .._faults import describe_error
 from .._settings import PRIORITIES
 from ..admin import Overview, Stats
 from ._catalog import spec
@@ -97,7 +97,7 @@ async def read(app: Core, timeout: float = READ_TIMEOUT) -> list[Metric]:
 def _why(app: Core, exc: BaseException) -> str:
     from redis.exceptions import RedisError
 
-    from .._redis import TRANSIENT_ERRORS
+    from .._faults import TRANSIENT_ERRORS
 
     if isinstance(exc, (RedisError, *TRANSIENT_ERRORS)):
         return describe_error(exc, app.target.redacted)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import scripts
 from .._envelope import Envelope
-from .._redis import TRANSIENT_ERRORS, text
+from .._faults import Fault, classify, describe_error
+from .._redis import text
 from .._settings import PRIORITIES
 from ._control import SchedulerKeys, load_runtime
 
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from .._core import Core
     from .._redis import AsyncClient
     from .._schedule import Schedule
+
+_SERVER_FAULTS = (Fault.TRANSIENT, Fault.FATAL, Fault.LOST)
+"""Faults of the server as a whole: an unknown reply may be one schedule's (a key of the
+wrong type), so it is reported against that schedule."""
 
 log = logging.getLogger("tether.scheduler")
 
@@ -88,16 +93,22 @@ class Scheduler:
                 try:
                     await self.run_once()
                     failures = 0
-                except TRANSIENT_ERRORS as exc:
-                    failures += 1
-                    if failures == 1:
-                        log.warning("scheduler cannot reach Redis (%s); retrying", exc)
-                    self._lose("connection lost")
-                except Exception:
-                    # A bug here must not stop the worker that hosts the scheduler, nor pass
-                    # unnoticed: log it, step down, and try again on the next pass.
-                    log.exception("scheduler pass failed; retrying")
-                    await self.resign()
+                except Exception as exc:
+                    if classify(exc) is Fault.INTERNAL:
+                        # A bug here must not stop the worker that hosts the scheduler, nor
+                        # pass unnoticed: log it, step down, and try again on the next pass.
+                        log.exception("scheduler pass failed; retrying")
+                        await self.resign()
+                    else:
+                        # The server, not the schedules (a lost connection, a failover, a
+                        # BUSY script): said once; the leadership lapses and is taken again.
+                        failures += 1
+                        if failures == 1:
+                            log.warning(
+                                "scheduler: %s; retrying",
+                                describe_error(exc, self.app.target.redacted),
+                            )
+                        self._lose("the server is unavailable")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.loop_interval)
         finally:
@@ -118,8 +129,12 @@ class Scheduler:
     async def resign(self) -> None:
         """Give up the leadership (compare-and-delete), so a follower takes over at once."""
         if self.is_leader:
-            with contextlib.suppress(*TRANSIENT_ERRORS):
+            try:
                 await scripts.release(self.keys.leader, self.holder).run(self.client)
+            except Exception as exc:
+                if classify(exc) is Fault.INTERNAL:
+                    raise
+                # the leadership expires on its own
             self._lose("resigned")
 
     async def _lead(self) -> None:
@@ -169,9 +184,9 @@ class Scheduler:
                 if schedule.name not in self._markers:
                     self._markers[schedule.name] = await self._read_marker(schedule)
                 await self._handle(schedule, now_ms)
-            except TRANSIENT_ERRORS:
-                raise  # the server, not the schedule: the pass is retried as a whole
             except Exception as exc:
+                if classify(exc) in _SERVER_FAULTS:
+                    raise  # the server, not the schedule: the pass is retried as a whole
                 # One broken schedule (a task this process does not know, a bad argument)
                 # must not stop the others: name it, once, and try it again next tick.
                 await self._report(schedule.name, f"{type(exc).__name__}: {exc}", exc)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.exceptions import RedisError, ResponseError
 
 from .._errors import ConfigError, NotOpen, QueueNotFound, TaskNotFound, TetherError
-from .._redis import TRANSIENT_ERRORS, is_out_of_memory
+from .._faults import TRANSIENT_ERRORS, is_out_of_memory
 
 log = logging.getLogger("tether.web")
 

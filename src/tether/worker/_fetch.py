@@ -14,20 +14,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
-
 from .. import scripts
 from .._errors import ServerError
+from .._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
 from .._keys import GROUP
-from .._redis import (
-    FATAL_ERRORS,
-    TRANSIENT_ERRORS,
-    describe_error,
-    is_fatal,
-    is_missing_group,
-    is_out_of_memory,
-    is_permission_error,
-)
 from ._maintenance import _stream_entries
 from ._server import create_groups
 
@@ -57,8 +47,11 @@ class ReadGroup:
         self.reclaim_after = 0.0
         """No reclaim before this monotonic time (set after an outage)."""
         self.failures = 0
+        self.unknown = UnknownReplies()
         self.outage_since = 0.0
         self.resync = True
+        self.recreate = False
+        """The consumer groups are to be created again (the server lost them)."""
         self.name = ",".join(q.name for q in queues)
 
     @property
@@ -106,6 +99,7 @@ class Fetcher:
         while not self._stopping():
             try:
                 await self._cycle(group)
+                group.unknown.succeeded()
                 if group.failures:
                     log.info("Redis is reachable again; resuming")
                     self._counters.reconnects += 1
@@ -113,28 +107,23 @@ class Fetcher:
                     # Live workers could not renew their leases during the outage either:
                     # give them two heartbeats to do so before judging anyone dead.
                     group.reclaim_after = time.monotonic() + self._settings.outage_grace
-            except FATAL_ERRORS as exc:  # a password changed, a permission taken away
-                raise self._fatal(exc) from None
-            except TRANSIENT_ERRORS as exc:
-                if is_fatal(exc, self._where):  # on reconnecting: a certificate refused
+            except Exception as exc:
+                fault = classify(exc, self._where)
+                if fault is Fault.INTERNAL:
+                    raise
+                if fault is Fault.FATAL:  # a password changed, a permission taken away
+                    raise self._fatal(exc) from None
+                if fault is Fault.LOST:
+                    log.warning(
+                        "consumer groups are missing (server restarted empty, or its data "
+                        "evicted?); recreating them"
+                    )
+                    self._counters.groups_recreated += 1
+                    group.recreate = group.resync = True  # in the loop: that may fail too
+                    continue
+                if fault is Fault.UNKNOWN and group.unknown.failed(exc, f"fetch ({group.name})"):
                     raise self._fatal(exc) from None
                 await self._outage(group, exc)
-            except ResponseError as exc:
-                if is_permission_error(exc):  # refused inside a script
-                    raise self._fatal(exc) from None
-                if is_out_of_memory(exc):
-                    # A full server refuses a promotion (it adds entries): wait and retry.
-                    await self._outage(group, exc)
-                    continue
-                if not is_missing_group(exc):
-                    log.exception("unexpected error from Redis; stopping the worker")
-                    raise
-                log.warning(
-                    "consumer groups are missing (server restarted empty?); recreating them"
-                )
-                self._counters.groups_recreated += 1
-                await create_groups(self._client, (s for q in group.queues for s in q.streams))
-                group.resync = True
 
     def _fatal(self, exc: BaseException) -> ServerError:
         """No retry can fix ``exc``: the worker stops, as it does when this happens at
@@ -165,12 +154,15 @@ class Fetcher:
                     "retrying with backoff"
                 )
             else:
-                log.warning("lost the connection to Redis (%s); retrying with backoff", exc)
+                log.warning("%s; retrying with backoff", describe_error(exc, self._where))
         else:
             log.debug("Redis still unavailable (%s); next try in %.1fs", exc, delay)
         await self._sleep(delay)
 
     async def _cycle(self, group: ReadGroup) -> None:
+        if group.recreate:
+            await create_groups(self._client, (s for q in group.queues for s in q.streams))
+            group.recreate = False
         await self._maintain_or_promote(group, time.monotonic())
         if self._ledger.resync:
             self._ledger.resync = False

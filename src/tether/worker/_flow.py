@@ -24,6 +24,7 @@ import asyncio
 import heapq
 import logging
 import random
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,17 +32,20 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from .._faults import TRANSIENT_ERRORS, Fault, classify
 from .._keys import entry_of_task_id
 from .._limits import (
     TaskLimitKeys,
     TaskLimits,
     decode_override,
     held_key,
+    holder_name,
     merge,
     overrides_key,
     parse_held,
+    slot_holder,
 )
-from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory, text
+from .._redis import text
 from ..scripts import _limits as calls
 
 if TYPE_CHECKING:
@@ -120,6 +124,9 @@ class FlowControl:
         self._app = app
         self._client = client
         self._me = consumer
+        self._holder = slot_holder(consumer, secrets.token_hex(6))
+        """Who holds the slots this worker takes: this start of the worker, not its name
+        (a restart under the same name must be able to take back its predecessor's)."""
         self._ledger = ledger
         self._counters = counters
         self._interval = interval
@@ -230,7 +237,8 @@ class FlowControl:
                 self._stats_ttl_ms,
             )
         call = calls.admit(
-            queue.keys, self._me, int(PARK_BACKSTOP_S * 1000), int(RATE_SLACK_S * 1000),
+            queue.keys, self._me, self._holder, int(PARK_BACKSTOP_S * 1000),
+            int(RATE_SLACK_S * 1000),
             int(MISSED_START_S * 1000), stats, [self._item(r, payloads) for r in requests],
         )  # fmt: skip
         return await call.run(self._client)
@@ -275,12 +283,10 @@ class FlowControl:
         return False
 
     def _failed(self, requests: list[_Request], exc: BaseException) -> None:
-        transient = isinstance(exc, TRANSIENT_ERRORS) or (
-            isinstance(exc, ResponseError) and is_out_of_memory(exc)
-        )
-        if transient or (isinstance(exc, ResponseError) and is_missing_group(exc)):
+        if classify(exc) is not Fault.INTERNAL:
             # Not the tasks' fault: they are still this worker's (or lost with their
-            # stream); forget them here and take them up again when the server answers.
+            # stream); forget them here and take them up again when the server answers
+            # (a fault no retry fixes stops the worker through its fetch loop).
             if not self._warned:
                 log.warning(
                     "could not admit %d limited entries (%s); they are taken up again when "
@@ -372,7 +378,7 @@ class FlowControl:
                     hold.scopes,
                 )
             )
-        await calls.release(queue.keys, self._me, items).run(self._client)
+        await calls.release(queue.keys, self._holder, items).run(self._client)
         self._warned = False
         for d in held:
             d.hold = None
@@ -387,7 +393,9 @@ class FlowControl:
         async def give_back() -> None:
             try:
                 await self.release([delivery])
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:
+                if classify(exc) is Fault.INTERNAL:
+                    raise
                 log.warning(
                     "could not give back the slot of entry %s (%s); it frees when this "
                     "worker's lease ends", delivery.entry_id.decode(), exc,
@@ -469,37 +477,46 @@ class FlowControl:
         for tid, value in page.items():
             raw = value if isinstance(value, bytes) else str(value).encode()
             parsed = parse_held(raw)
-            if parsed is None or parsed[0] == self._me:
+            if parsed is None or parsed[0] == self._holder:
                 continue
             records.append((text(tid), raw, *parsed))
         if not records:
             return calls.ReclaimReply(0, 0)
-        holders = sorted({r[2] for r in records if r[2]})
-        # Slots held for woken tasks: the script checks plain tasks by their entry.
-        woken = [r[0] for r in records if not r[2] and entry_of_task_id(r[0]) is None]
+        # A holder is dead when its name's lease is missing; an earlier start of this
+        # worker's own name is dead too (this start holds the name's lease), whatever the
+        # lease says.
+        names = sorted({holder_name(r[2]) for r in records if r[2]} - {self._me})
+        # Slots held for tasks no worker runs: woken ones (queued) and ones waiting in the
+        # delayed set for their rate token keep them; the script checks plain tasks that are
+        # neither by their entry.
+        idle = [r[0] for r in records if not r[2]]
+        indexed = [t for t in idle if entry_of_task_id(t) is None]
         live: set[str] = set()
-        if holders:
-            leases = await self._client.execute_command(
-                "MGET", *(queue.keys.lease(h) for h in holders)
-            )
-            live = {h for h, v in zip(holders, leases, strict=True) if v is not None}
-        queued: set[str] = set()
-        if woken:
-            where = await self._client.execute_command("HMGET", queue.keys.index, *woken)
-            queued = {t for t, v in zip(woken, where, strict=True) if v is not None}
+        present: set[str] = set()
+        if names or idle:
+            pipe: Any = self._client.pipeline(transaction=False)
+            if names:
+                pipe.mget([queue.keys.lease(n) for n in names])
+            if indexed:
+                pipe.hmget(queue.keys.index, indexed)
+            if idle:
+                pipe.zmscore(queue.keys.delayed, idle)
+            replies = iter(await pipe.execute())
+            if names:
+                live = {n for n, v in zip(names, next(replies), strict=True) if v is not None}
+            if indexed:
+                present = {t for t, v in zip(indexed, next(replies), strict=True) if v is not None}
+            if idle:
+                present |= {t for t, v in zip(idle, next(replies), strict=True) if v is not None}
         items = [
             calls.ReclaimItem(tid, raw, holder, task, self._declared.get(task), limit_key)
             for tid, raw, holder, task, limit_key in records
-            if (holder and holder not in live)
-            or (not holder and tid not in queued and (tid in woken or _plain(tid)))
+            if (holder_name(holder) not in live if holder else tid not in present)
         ]
         if not items:
             return calls.ReclaimReply(0, 0)
-        return await calls.reclaim(queue.keys, queue.keys.lease, items).run(self._client)
-
-
-def _plain(task_id: str) -> bool:
-    return entry_of_task_id(task_id) is not None
+        call = calls.reclaim(queue.keys, self._holder, queue.keys.lease, items)
+        return await call.run(self._client)
 
 
 def _has_rate(limits: TaskLimits) -> bool:

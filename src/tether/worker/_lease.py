@@ -27,8 +27,9 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .. import scripts
+from .._faults import Fault, classify, describe_error, is_out_of_memory
 from .._keys import KNOWN_QUEUES_TTL_MS
-from .._redis import FATAL_ERRORS, SyncClient, close_sync, describe_error, is_out_of_memory
+from .._redis import SyncClient, close_sync
 from ._state import WorkerCounters
 
 log = logging.getLogger("tether.worker")
@@ -111,12 +112,14 @@ class LeaseKeeper:
                     lapsed = self._check_previous(lease_key, reply.previous) or lapsed
                     if reply.cancels:
                         self._on_cancel(reply.cancels)
-            except FATAL_ERRORS as exc:
-                self.fatal = exc
-                log.error("heartbeat: %s", describe_error(exc, self._where))
-                return False
-            except RedisError as exc:
-                self._failed(exc)
+            except (RedisError, OSError) as exc:
+                # Every reply but a fatal one is retried on the next beat, an unknown one
+                # too: the heartbeat never stops on its own, the worker decides (``fatal``).
+                if classify(exc, self._where) is Fault.FATAL:
+                    self.fatal = exc
+                    log.error("heartbeat: %s", describe_error(exc, self._where))
+                else:
+                    self._failed(exc)
                 return False
             self.renewals += 1
             if lapsed:
@@ -131,7 +134,7 @@ class LeaseKeeper:
         self._touch_health_file()
         return True
 
-    def _failed(self, exc: RedisError) -> None:
+    def _failed(self, exc: RedisError | OSError) -> None:
         if is_out_of_memory(exc):
             # Only a lapsed lease is written anew (SET), which a full server refuses: the
             # lease is gone and others may claim this worker's entries.

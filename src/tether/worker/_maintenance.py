@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from .. import scripts
+from .._faults import Fault, classify
 from .._keys import GROUP
-from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory, text
+from .._redis import text
 from .._settings import ABANDONED
 from ._state import Delivery
 
@@ -207,11 +208,11 @@ class Maintenance:
             )  # fmt: skip
             if also is not None:
                 await also(deliveries)
-        except ResponseError as exc:
-            if not is_missing_group(exc) and not is_out_of_memory(exc):
+        except Exception as exc:
+            # Best effort, whatever the server answered (the worker may be stopping because
+            # of it): what stays pending returns to the others when this lease expires.
+            if classify(exc) is Fault.INTERNAL:
                 raise
-            log.warning("could not hand off %d entries (%s)", len(deliveries), exc)
-        except TRANSIENT_ERRORS as exc:
             log.warning(
                 "could not hand off %d entries (%s); they return when the lease expires",
                 len(deliveries),
@@ -237,12 +238,16 @@ class Maintenance:
                         for sidx, eid in own
                     ]
                     await self.hand_off(leftovers, "left over", also)
-        except ResponseError as exc:
-            if not is_missing_group(exc):
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is Fault.INTERNAL:
                 raise
-            log.warning("the server lost this worker's streams (%s); no leftovers to hand off", exc)
-        except TRANSIENT_ERRORS as exc:
-            log.warning("could not check for leftover entries (%s)", exc)
+            if fault is Fault.LOST:
+                log.warning(
+                    "the server lost this worker's streams (%s); no leftovers to hand off", exc
+                )
+            else:
+                log.warning("could not check for leftover entries (%s)", exc)
 
     async def _handoff(self, deliveries: Iterable[Delivery]) -> int:
         by_stream: dict[tuple[QueueState, str], list[Delivery]] = {}

@@ -27,9 +27,9 @@ from .. import scripts
 from .._context import LazyContext, _current
 from .._envelope import BadEnvelope, Envelope
 from .._errors import SerializationError
+from .._faults import Fault, UnknownReplies, classify
 from .._keys import derived_task_id
 from .._middleware import Middleware, RunScopes, call_hooks, overrides
-from .._redis import TRANSIENT_ERRORS, is_missing_group
 from .._settings import PRIORITIES
 from . import _outcome as policy
 from ._outcome import Outcome, Target, error_fields
@@ -377,11 +377,23 @@ class Runner:
         call = scripts.start(
             delivery.stream, self.worker_name, delivery.entry_id, delivery.deliveries
         )
+        unknown = UnknownReplies()
         failures = 0
         while True:
             try:
                 return await call.run(self.client)
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:
+                fault = classify(exc)
+                if fault is Fault.LOST:
+                    log.warning(
+                        "entry %s was lost with its stream (%s)", delivery.entry_id.decode(), exc
+                    )
+                    self.counters.lost_by_server += 1
+                    return None
+                if fault in (Fault.INTERNAL, Fault.FATAL) or (
+                    fault is Fault.UNKNOWN and unknown.failed(exc, "counting a start")
+                ):
+                    raise
                 failures += 1
                 if failures == 1:
                     log.warning(
@@ -391,14 +403,6 @@ class Runner:
                         exc,
                     )
                 await asyncio.sleep(min(2.0, 0.05 * 2**failures))
-            except Exception as exc:
-                if not is_missing_group(exc):
-                    raise
-                log.warning(
-                    "entry %s was lost with its stream (%s)", delivery.entry_id.decode(), exc
-                )
-                self.counters.lost_by_server += 1
-                return None
 
     async def _call(
         self,

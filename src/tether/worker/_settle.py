@@ -5,9 +5,11 @@ per queue (and per 500 entries) for everything that finished meanwhile, so a bus
 one round trip per batch instead of one per task. Nothing is acknowledged unless this worker
 still owns it.
 
-A call that fails on a transient error (a cut connection, a full server) is sent again with
-backoff, and only that call: the calls of the same flush that succeeded are done. A call sent
-again after its reply was lost finds its entries already settled ("gone") and touches nothing.
+A call that fails on a transient error (a cut connection, a full server, a failover's
+CLUSTERDOWN, another client's BUSY script, a failed save's MISCONF: see ``tether._faults``)
+is sent again with backoff, and only that call: the calls of the same flush that succeeded
+are done. A call sent again after its reply was lost finds its entries already settled
+("gone") and touches nothing.
 """
 
 from __future__ import annotations
@@ -17,10 +19,9 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-import redis.exceptions
-
 from .. import scripts
-from .._redis import TRANSIENT_ERRORS, is_missing_group, is_out_of_memory
+from .._errors import ServerError
+from .._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
 from ._runner import observation
 from ._stats import StatsKeys
 
@@ -67,6 +68,7 @@ class Settler:
         metrics: AttemptSink | None = None,
         linger: float = 0.0,
         linger_batch: int = 1,
+        where: str = "the server",
     ) -> None:
         """``linger``: at most this many seconds to wait for ``linger_batch`` outcomes before
         a flush (0: one turn of the event loop). Where outcomes arrive one at a time, slower
@@ -74,6 +76,8 @@ class Settler:
         gathers them into one call, and the capacity they free comes back together, for one
         fetch; the batch size ends the wait early, so a busy worker never waits for it."""
         self._linger = linger
+        self._where = where
+        """The server, as messages name it (its URL without the password)."""
         self._linger_batch = max(1, linger_batch)
         self._batch_ready = asyncio.Event()
         self._client = client
@@ -91,6 +95,7 @@ class Settler:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
+        self._unknown = UnknownReplies()
         self.server_full = False
 
     def add(self, delivery: Delivery, outcome: Outcome) -> None:
@@ -177,37 +182,9 @@ class Settler:
                 # fenced on its own: by owner, by holder); if either fails the chunk is sent
                 # again, and its settle then finds it done.
                 reply, _ = await asyncio.gather(call.run(self._client), self._flow.release(held))
-        except redis.exceptions.ResponseError as exc:
-            if is_missing_group(exc):
-                # The server lost the streams (restarted empty, flushed): these entries no
-                # longer exist, so there is nothing left to acknowledge.
-                log.warning(
-                    "dropping %d outcomes: their streams were lost by the server (%s)",
-                    len(chunk.items), exc,
-                )  # fmt: skip
-                self._counters.lost_by_server += len(chunk.items)
-                self._ledger.release(d for d, _ in chunk.items)
-                return True
-            if not is_out_of_memory(exc):
-                raise
-            if not self.server_full:
-                log.warning(
-                    "the server is full (maxmemory reached with noeviction): %d outcomes wait "
-                    "until memory frees; this worker keeps them and retries",
-                    len(chunk.items),
-                )
-            self.server_full = True
-            chunk.resent = True
-            return False
-        except TRANSIENT_ERRORS as exc:
-            # Keep every outcome: they are settled when the server is back.
-            if not chunk.resent:
-                log.warning(
-                    "cannot settle %d entries of queue %s (%s); will retry",
-                    len(chunk.items), chunk.queue.name, exc,
-                )  # fmt: skip
-            chunk.resent = True
-            return False
+        except Exception as exc:
+            return self._failed(chunk, exc)
+        self._unknown.succeeded()
         self._report(chunk, reply)
         self._ledger.release(d for d, _ in chunk.items)
         if stats is not None and self._stats is not None and reply.settled:
@@ -215,6 +192,43 @@ class Settler:
         if self._metrics is not None:
             self._record(chunk, reply, observed)
         return True
+
+    def _failed(self, chunk: _Chunk, exc: Exception) -> bool:
+        """A settle call failed: True when there is nothing left to settle, False to send
+        it again later (the outcomes are kept); raises what no retry can fix."""
+        fault = classify(exc, self._where)
+        if fault is Fault.INTERNAL:
+            raise exc
+        if fault is Fault.FATAL:  # a password changed, a permission taken away
+            raise ServerError(describe_error(exc, self._where)) from None
+        if fault is Fault.LOST:
+            # The server lost the streams (restarted empty, flushed): these entries no
+            # longer exist, so there is nothing left to acknowledge.
+            log.warning(
+                "dropping %d outcomes: their streams were lost by the server (%s)",
+                len(chunk.items), exc,
+            )  # fmt: skip
+            self._counters.lost_by_server += len(chunk.items)
+            self._ledger.release(d for d, _ in chunk.items)
+            return True
+        if fault is Fault.UNKNOWN and self._unknown.failed(exc, "settle"):
+            raise ServerError(describe_error(exc, self._where)) from None
+        if is_out_of_memory(exc):
+            if not self.server_full:
+                log.warning(
+                    "the server is full (maxmemory reached with noeviction): %d outcomes wait "
+                    "until memory frees; this worker keeps them and retries",
+                    len(chunk.items),
+                )
+            self.server_full = True
+        elif not chunk.resent:
+            # Keep every outcome: they are settled when the server answers again.
+            log.warning(
+                "cannot settle %d entries of queue %s (%s); will retry",
+                len(chunk.items), chunk.queue.name, describe_error(exc, self._where),
+            )  # fmt: skip
+        chunk.resent = True
+        return False
 
     def _record(
         self, chunk: _Chunk, reply: scripts.SettleReply, observed: list[Observation] | None

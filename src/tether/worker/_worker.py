@@ -28,15 +28,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError, ServerError, TetherError
+from .._faults import describe_error
 from .._keys import known_queues_key, registry_keys
 from .._redis import (
-    FATAL_ERRORS,
-    TRANSIENT_ERRORS,
     AsyncClient,
     async_client,
     close_async,
-    describe_error,
-    is_fatal,
     sync_client,
 )
 from .._settings import PRIORITIES, WorkerSettings
@@ -47,7 +44,7 @@ from ._lease import LeaseKeeper
 from ._ledger import Ledger
 from ._maintenance import Maintenance
 from ._runner import Runner
-from ._server import check_eviction_policy, check_version, create_groups
+from ._server import connect
 from ._settle import Settler
 from ._state import Delivery, QueueState, WorkerCounters
 
@@ -218,37 +215,22 @@ class Worker:
         self.stop()
 
     async def _connect(self) -> str | None:
-        """Check the server, create the groups; on connection errors retry with backoff,
-        up to ``connect_timeout``. Errors no retry can fix (a wrong password) stop here."""
-        attempt = 0
-        started = time.monotonic()
-        give_up = self.settings.give_up_after
-        while not self._stopping:
-            try:
-                server = await check_version(self._client)
-                await check_eviction_policy(self._client)
-                await create_groups(self._client, (s for q in self.queues for s in q.streams))
-                if attempt:
-                    log.info("connected to %s", self.app.target.redacted)
-                    self._reclaim_after = time.monotonic() + self.settings.outage_grace
-                return server
-            except FATAL_ERRORS as exc:
-                raise ServerError(describe_error(exc, self.app.target.redacted)) from None
-            except TRANSIENT_ERRORS as exc:
-                if is_fatal(exc, self.app.target.redacted):  # a certificate refused, a file missing
-                    raise ServerError(describe_error(exc, self.app.target.redacted)) from None
-                attempt += 1
-                if give_up is not None and time.monotonic() - started >= give_up:
-                    raise ServerError(
-                        f"{describe_error(exc, self.app.target.redacted)}; gave up after "
-                        f"{give_up:g}s (connect_timeout)"
-                    ) from None
-                delay = self.settings.reconnect_delay(attempt)
-                log.warning(
-                    "%s; retrying in %.1fs", describe_error(exc, self.app.target.redacted), delay
-                )
-                await self._sleep_unless_stopped(delay)
-        return None
+        """Check the server, create the groups; retry transient faults with backoff."""
+        connected = await connect(
+            self._client,
+            (s for q in self.queues for s in q.streams),
+            self.settings,
+            self.app.target.redacted,
+            stopping=lambda: self._stopping,
+            sleep=self._sleep_unless_stopped,
+        )
+        if connected is None:
+            return None
+        if connected.after_outage:
+            # Live workers could not renew their leases during the outage either: give
+            # them two heartbeats to do so before judging anyone dead.
+            self._reclaim_after = time.monotonic() + self.settings.outage_grace
+        return connected.server
 
     def _compose(self) -> None:
         app, s = self.app, self.settings

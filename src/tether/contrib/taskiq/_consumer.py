@@ -29,14 +29,12 @@ from typing import Any
 
 from ..._core import Core
 from ..._errors import ConfigError, ServerError
+from ..._faults import describe_error
 from ..._keys import registry_keys
 from ..._redis import (
-    FATAL_ERRORS,
-    TRANSIENT_ERRORS,
     AsyncClient,
     async_client,
     close_async,
-    describe_error,
     sync_client,
 )
 from ..._settings import WorkerSettings
@@ -45,7 +43,7 @@ from ...worker._fetch import Fetcher, ReadGroup
 from ...worker._lease import LeaseKeeper
 from ...worker._ledger import Ledger
 from ...worker._maintenance import Maintenance
-from ...worker._server import check_eviction_policy, check_version, create_groups
+from ...worker._server import connect
 from ...worker._settle import Settler
 from ...worker._state import QueueState, WorkerCounters
 from ._delivery import TaskiqDelivery
@@ -154,34 +152,21 @@ class Consumer:
             self._wake.set()
 
     async def _connect(self) -> str:
-        """Check the server and create the groups, retrying with backoff on connection
-        errors up to ``connect_timeout``; an error no retry can fix stops here."""
-        where = self.core.target.redacted
-        attempt = 0
-        started = time.monotonic()
-        give_up = self.settings.give_up_after
+        """Check the server and create the groups, retrying transient faults with backoff
+        up to ``connect_timeout``; an error no retry can fix stops here."""
         self._reclaim_after = 0.0
-        while True:
-            try:
-                server = await check_version(self._client)
-                await check_eviction_policy(self._client)
-                await create_groups(self._client, (s for q in self.queues for s in q.streams))
-                if attempt:
-                    log.info("connected to %s", where)
-                    self._reclaim_after = time.monotonic() + self.settings.outage_grace
-                return server
-            except FATAL_ERRORS as exc:
-                raise ServerError(describe_error(exc, where)) from None
-            except TRANSIENT_ERRORS as exc:
-                attempt += 1
-                if give_up is not None and time.monotonic() - started >= give_up:
-                    raise ServerError(
-                        f"{describe_error(exc, where)}; gave up after {give_up:g}s "
-                        "(connect_timeout)"
-                    ) from None
-                delay = self.settings.reconnect_delay(attempt)
-                log.warning("%s; retrying in %.1fs", describe_error(exc, where), delay)
-                await asyncio.sleep(delay)
+        connected = await connect(
+            self._client,
+            (s for q in self.queues for s in q.streams),
+            self.settings,
+            self.core.target.redacted,
+            stopping=lambda: False,
+            sleep=asyncio.sleep,
+        )
+        assert connected is not None  # it never stops on its own
+        if connected.after_outage:
+            self._reclaim_after = time.monotonic() + self.settings.outage_grace
+        return connected.server
 
     def _compose(self) -> None:
         s, core = self.settings, self.core

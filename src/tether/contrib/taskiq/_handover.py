@@ -19,12 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from redis.exceptions import ResponseError
-
 from ... import scripts
 from ..._envelope import BadEnvelope, Envelope, JsonSerializer
+from ..._faults import Fault, classify
 from ..._keys import derived_task_id
-from ..._redis import TRANSIENT_ERRORS, is_missing_group
 from ...worker import _outcome as policy
 from ._delivery import TaskiqDelivery
 from ._wire import NotTaskiq, unwrap
@@ -179,16 +177,16 @@ class Handover:
         entry = d.entry_id.decode()
         try:
             count = await scripts.start(d.stream, self.name, d.entry_id).run(self._client)
-        except TRANSIENT_ERRORS as exc:
-            log.warning("could not start entry %s (%s); it is taken up again later", entry, exc)
-            self.ledger.release([d])
-            self.ledger.resync = True
-            return False
-        except ResponseError as exc:
-            if not is_missing_group(exc):
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is Fault.INTERNAL:
                 raise
-            log.warning("entry %s was lost with its stream (%s)", entry, exc)
             self.ledger.release([d])
+            if fault is Fault.LOST:
+                log.warning("entry %s was lost with its stream (%s)", entry, exc)
+            else:  # a fault no retry fixes stops the consumer through its fetch loop
+                log.warning("could not start entry %s (%s); it is taken up again later", entry, exc)
+                self.ledger.resync = True
             return False
         if count == 0:
             log.warning("entry %s changed owner before it started", entry)
