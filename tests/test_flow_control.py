@@ -23,7 +23,7 @@ import redis
 
 from tether import ConfigError, RateLimited, Task, TaskFailed, Tether, current_task
 from tether._embedded import EmbeddedServer
-from tether._limits import TaskLimitKeys, held_key, parse_rate
+from tether._limits import TaskLimitKeys, held_key, holder_name, parse_rate
 from tether._status import TaskStatus
 
 from .helpers import FAST, ServerInfo, WorkerProcess, eventually, running_worker, wait_until
@@ -91,9 +91,10 @@ def enqueue(
 def running_of(
     rds: redis.Redis, namespace: str, task: str, key: str | None = None
 ) -> dict[str, str]:
+    """Task id -> the name of the worker holding its slot ('' for a task no worker runs)."""
     keys = TaskLimitKeys.of(f"{{{namespace}:default}}", f"tests.apps.flow.{task}")
     scope = keys.scope if key is None else keys.key_scope(key)
-    return {k.decode(): v.decode() for k, v in rds.hgetall(scope.running).items()}
+    return {k.decode(): holder_name(v.decode()) for k, v in rds.hgetall(scope.running).items()}
 
 
 def start_workers(
@@ -330,6 +331,38 @@ def test_per_key_concurrency_never_exceeds_its_limit_and_a_busy_key_blocks_no_ot
     wait_until(lambda: not running_of(rds, namespace, "keyed", "hot"))  # every slot given back
 
 
+async def test_a_busy_key_waiting_for_its_slots_takes_no_rate_tokens_from_a_quiet_key(
+    app: Tether,
+) -> None:
+    """A rate limit and a per-key concurrency limit together: a busy key's tasks that wait
+    for its slots must not reserve the rate's start times meanwhile (they used to: 60
+    one-second tasks of one key held every token of the next 6 s, and the quiet key's tasks
+    found their slots free and waited 6 s for the rate)."""
+    started: dict[str, list[float]] = defaultdict(list)
+    running: dict[str, int] = defaultdict(int)
+    peak: dict[str, int] = defaultdict(int)
+
+    @app.task(rate_limit="10/s", key_concurrency_limit=2, store_result=False)
+    async def export(key: str, i: int) -> None:
+        started[key].append(time.monotonic())
+        running[key] += 1
+        peak[key] = max(peak[key], running[key])
+        await asyncio.sleep(1.0)
+        running[key] -= 1
+
+    await export.options(limit_key="busy").enqueue_many([("busy", i) for i in range(60)])
+    await export.options(limit_key="quiet").enqueue_many([("quiet", i) for i in range(2)])
+    async with running_worker(app, concurrency=16):
+        await eventually(lambda: len(started["quiet"]) == 2, timeout=20)
+    waited = started["quiet"][0] - min(started["busy"])
+    # The quiet key's first task takes the rate's next free time: behind at most the busy
+    # key's second task (one interval, 0.1 s), with slack for a loaded machine.
+    assert waited < 2.5, f"the quiet key first started {waited:.2f}s after the busy key"
+    assert peak["busy"] <= 2 and peak["quiet"] <= 2, dict(peak)
+    gaps = [b - a for a, b in itertools.pairwise(sorted(t for ts in started.values() for t in ts))]
+    assert min(gaps) > 0.1 - JITTER, "the rate was exceeded"
+
+
 # -- slots fenced by the lease ----------------------------------------------------------------
 
 
@@ -387,6 +420,43 @@ def test_a_frozen_worker_that_wakes_late_cannot_free_a_slot_given_to_another(
     others = [e for e in events(rds, namespace) if e not in late_run]
     assert max_overlap(others) == 1, events(rds, namespace)
     wait_until(lambda: not running_of(rds, namespace, "exclusive"))
+
+
+POISON_APP = "tests.apps.flow_poison:app"
+
+
+async def _fragile(url: str, namespace: str, tag: str, crash: bool, wait: float = 0) -> Any:
+    """Enqueue tests/apps/flow_poison.py's task (and wait ``wait`` seconds for its result)."""
+    from tests.apps import flow_poison
+
+    app = Tether(url, namespace=namespace)
+    source = flow_poison.app.tasks["tests.apps.flow_poison.fragile"]
+    fragile: Task[..., Any] = Task(app, source.fn, source.config)
+    async with app:
+        handle = await fragile.enqueue(tag, crash)
+        return await handle.result(timeout=wait) if wait else None
+
+
+def test_a_slot_left_by_a_dead_incarnation_of_a_worker_name_frees_when_the_name_restarts(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """A poison task kills worker 'a' three times and is quarantined when 'a' starts a fourth
+    time. The slot its third run held is that incarnation's, not the name's: the fourth 'a'
+    (whose lease took over the name's) frees it, and the limit's next task runs."""
+    asyncio.run(_fragile(url, namespace, "poison", True))
+    for _ in range(3):
+        dying = WorkerProcess(url, namespace, "a", app=POISON_APP, log_dir=tmp_path)
+        workers.append(dying)
+        assert dying.process.wait(30) == -signal.SIGKILL, dying.log()
+    last = WorkerProcess(url, namespace, "a", app=POISON_APP, log_dir=tmp_path)
+    workers.append(last)
+    last.wait_ready(rds)
+    dead = f"{{{namespace}:default}}:dead"
+    wait_until(lambda: rds.xlen(dead) == 1, timeout=15)
+    # Before: the slot stayed taken under the name 'a', which the sweep of 'a' skipped as its
+    # own, so this task was parked for good.
+    assert asyncio.run(_fragile(url, namespace, "after", False, wait=TTL + RECLAIM + 10)) == "after"
+    wait_until(lambda: not rds.hlen(held_key(f"{{{namespace}:default}}")))
 
 
 # -- back-pressure from the task --------------------------------------------------------------

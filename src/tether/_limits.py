@@ -279,7 +279,8 @@ class ScopeKeys:
     theoretical arrival times (GCRA) of the schedule (every admission and every reserved
     start) and of the meter (the starts admitted, when they were admitted)"""
     running: str
-    """hash: task id -> consumer running it ('' while woken and not yet started)"""
+    """hash: task id -> the lease instance running it (:func:`slot_holder`); '' while no
+    worker runs it: woken and not yet started, or waiting for its rate token"""
     waiting: str
     """list: '<task id>\\n<its park score>' of tasks parked until a slot frees"""
 
@@ -316,8 +317,23 @@ def overrides_key(tag: str) -> str:
 
 def held_key(tag: str) -> str:
     """hash: task id -> '<holder>\\n<JSON [task, limit key]>' for every concurrency slot
-    held or woken for, so maintenance can find the slots of dead workers"""
+    held (holder: :func:`slot_holder`, or '' for a task no worker runs), so maintenance can
+    find the slots of dead workers"""
     return f"{tag}:lim:held"
+
+
+def slot_holder(consumer: str, instance: str) -> str:
+    """Who holds a slot: a lease instance, '<consumer> <instance>' (a consumer name has no
+    space), the instance new at every start of a worker. A slot held by a name alone would
+    outlive the process that took it: a worker restarted under that name holds the lease
+    and could neither tell its predecessor's slots from its own nor let the sweep free them."""
+    return f"{consumer} {instance}"
+
+
+def holder_name(holder: str) -> str:
+    """The worker name of a slot holder (whose lease says whether it is alive); a record
+    written before holders had instances is the name alone."""
+    return holder.partition(" ")[0]
 
 
 def held_suffix(task: str, key: str) -> str:

@@ -21,6 +21,7 @@ from .._limits import (
     TaskLimitKeys,
     TaskLimits,
     held_key,
+    holder_name,
     overrides_key,
 )
 from .._settings import ABANDONED
@@ -164,13 +165,16 @@ class StatsTarget(NamedTuple):
 def admit(
     keys: QueueKeys,
     consumer: str,
+    holder: str,
     backstop_ms: int,
     slack_ms: int,
     missed_ms: int,
     stats: StatsTarget | None,
     items: Sequence[AdmitItem],
 ) -> Call[AdmitReply]:
-    """Admit entries of limited tasks, or hold them back (scripts/limit_admit.lua)."""
+    """Admit entries of limited tasks, or hold them back (scripts/limit_admit.lua).
+    ``holder`` is this worker's lease instance (see :func:`tether._limits.slot_holder`): the
+    slots it takes are that instance's, not the name's."""
     stats_keys = (stats.minute_key, stats.hour_key) if stats else (keys.dead, keys.dead)
     table = _Keys(keys, stats_keys)
     entries: list[list[Any]] = []
@@ -185,13 +189,13 @@ def admit(
         payload = 0
         if item.payload:
             payloads.append(item.payload)
-            payload = 9 + len(payloads)
+            payload = 10 + len(payloads)
         entries.append([
             item.sidx, item.entry_id.decode(), item.task_id, ti, int(item.bound),
             int(item.reclaimed), item.limit_key, bucket, running, waiting, payload,
         ])  # fmt: skip
     args: list[Arg] = [
-        GROUP, consumer, ABANDONED, backstop_ms, slack_ms, missed_ms,
+        GROUP, consumer, holder, ABANDONED, backstop_ms, slack_ms, missed_ms,
         stats.ttl_ms if stats else 0,
         table.table(), _json(entries), *payloads,
     ]  # fmt: skip
@@ -211,8 +215,9 @@ class ReleaseItem:
     """The scopes it was admitted to: 'c', 'C' or 'cC'."""
 
 
-def release(keys: QueueKeys, consumer: str, items: Sequence[ReleaseItem]) -> Call[int]:
-    """Give back the slots of settled or handed-off entries, if still held by ``consumer``."""
+def release(keys: QueueKeys, holder: str, items: Sequence[ReleaseItem]) -> Call[int]:
+    """Give back the slots of settled or handed-off entries, if still held by ``holder`` (this
+    worker's lease instance)."""
     table = _Keys(keys)
     entries: list[list[Any]] = []
     for item in items:
@@ -222,7 +227,7 @@ def release(keys: QueueKeys, consumer: str, items: Sequence[ReleaseItem]) -> Cal
             scope = key_scope(keys.tag, item.task, item.limit_key)
             running, waiting = table.add(scope.running), table.add(scope.waiting)
         entries.append([item.task_id, ti, item.limit_key, item.scopes, running, waiting])
-    return Call(LIMIT_RELEASE, table.list, [consumer, table.table(), _json(entries)], int)
+    return Call(LIMIT_RELEASE, table.list, [holder, table.table(), _json(entries)], int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +236,8 @@ class ReclaimItem:
     record: bytes
     """The held-slot record as read: the script frees it only if it is still that."""
     holder: str
-    """'' for a slot held for a woken task."""
+    """The lease instance holding it ('<consumer> <instance>'); '' for a slot held for a
+    task no worker runs (woken, or waiting for its rate token)."""
     task: str
     declared: TaskLimits | None
     limit_key: str
@@ -249,10 +255,13 @@ def _parse_reclaim(reply: Any) -> ReclaimReply:
 
 
 def reclaim(
-    keys: QueueKeys, lease_of: Callable[[str], str], items: Sequence[ReclaimItem]
+    keys: QueueKeys,
+    holder: str,
+    lease_of: Callable[[str], str],
+    items: Sequence[ReclaimItem],
 ) -> Call[ReclaimReply]:
-    """Take back slots whose holder's lease is missing, or held for woken tasks that are
-    gone."""
+    """Take back slots whose holder's lease is missing or that an earlier incarnation of
+    ``holder``'s worker name held, and slots held for tasks no worker runs that are gone."""
     table = _Keys(keys)
     entries: list[Arg] = []
     for item in items:
@@ -261,9 +270,10 @@ def reclaim(
         if item.limit_key:
             scope = key_scope(keys.tag, item.task, item.limit_key)
             running, waiting = table.add(scope.running), table.add(scope.waiting)
-        lease = table.add(lease_of(item.holder)) if item.holder else 0
+        lease = table.add(lease_of(holder_name(item.holder))) if item.holder else 0
         entries += (item.task_id, item.record, lease, ti, item.limit_key, running, waiting)
-    return Call(LIMIT_RECLAIM, table.list, [table.table(), *entries], _parse_reclaim)
+    args: list[Arg] = [holder, table.table(), *entries]
+    return Call(LIMIT_RECLAIM, table.list, args, _parse_reclaim)
 
 
 # -- runtime changes ----------------------------------------------------------------------

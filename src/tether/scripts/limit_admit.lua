@@ -2,35 +2,38 @@
 One call per queue for every limited entry about to start on this worker (a fetch batch).
 
 KEYS[1..8]  the queue keys (see limit_lib)
-KEYS[9]     this minute's statistics hash   KEYS[10] this hour's (unused when ARGV[7] is 0)
+KEYS[9]     this minute's statistics hash   KEYS[10] this hour's (unused when ARGV[8] is 0)
 KEYS[11..]  the limit keys named by the task table and the entries
 ARGV[1]     group
 ARGV[2]     consumer
-ARGV[3]     the reserved consumer 'abandoned'
-ARGV[4]     backstop ms: a parked task is looked at again after this long even if no
+ARGV[3]     the slot holder: this worker's lease instance, '<consumer> <instance>'
+ARGV[4]     the reserved consumer 'abandoned'
+ARGV[5]     backstop ms: a parked task is looked at again after this long even if no
             wake-up came (a wake-up lost with a cancelled neighbour, say)
-ARGV[5]     slack ms: the meter's tolerance is the burst's, or this if more: workers are
+ARGV[6]     slack ms: the meter's tolerance is the burst's, or this if more: workers are
             never exactly on time, and a meter finer than their lateness would refuse every
             other task
-ARGV[6]     missed ms: a reserved start time whose task has not come this long after it is
+ARGV[7]     missed ms: a reserved start time whose task has not come this long after it is
             missed, and goes to a task that is ready (see 2.)
-ARGV[7]     statistics ttl ms (0: no statistics)
-ARGV[8]     the task table (see limit_lib)
-ARGV[9]     the entries, a JSON list of [stream index, entry id, task id, the task's index
+ARGV[8]     statistics ttl ms (0: no statistics)
+ARGV[9]     the task table (see limit_lib)
+ARGV[10]    the entries, a JSON list of [stream index, entry id, task id, the task's index
             in the table, 1 when the task id came in the payload (it must be indexed to this
             very entry), 1 when the entry was reclaimed (its count of starts must stay with
             it), the limit key ('' none), the key scope's rate bucket, running hash and
             waiting list (indexes in KEYS, 0 when there is no key), the index in ARGV of the
             payload to store if it is held back (it carries the task id; 0 for a plain task
             sent without it: the script asks for it)]
-ARGV[10..]  those payloads
+ARGV[11..]  those payloads
 
 Each entry is decided first and changed after:
 1. A concurrency limit (the task's, the key's) has no free slot (or a slot held for this
-   task by another consumer, whose copy may still run): the entry is parked (out of the
-   stream into the delayed set at now + backstop, and into that limit's waiting list); any
-   slot it held or was woken for is given back, and a rate token it had reserved is
-   forfeited (a token cannot be saved for later). 'p', 'c' or 'C'.
+   task by another holder, whose copy may still run; a slot of an earlier incarnation of
+   this worker's name is this worker's): the entry is parked (out of the stream into the
+   delayed set at now + backstop, and into that limit's waiting list); any slot it held or
+   was woken for is given back, and a rate token it had reserved is forfeited (a token
+   cannot be saved for later). 'p', 'c' or 'C'. Every concurrency limit is checked before
+   any rate token is taken, so a task parked for a slot holds no start time.
 2. A rate limit (the task's, the key's) has two GCRA clocks in one key. The schedule hands
    out start times: a task with no token now reserves the next free one and waits in the
    delayed set until then ('d', '<due ms><r|R>'), so waiting tasks never poll and come back
@@ -43,7 +46,14 @@ Each entry is decided first and changed after:
    worker stalled): once it is `missed` ms past, a task of the same name that has no time
    yet starts in its place if the meter is idle (only for a task-wide rate: a key's times
    are not interchangeable), and the late task takes a new time when it comes.
-3. Admitted: it takes its slots (holder = this consumer) and counts in the meter. 'a', the
+   While it waits for its time, the task keeps (or takes, as '': held for a task no worker
+   runs) the slots of the concurrency limits no wider than the rate it waits for: the key's
+   always, the task's only when the task-wide rate is what it waits for. No other task could
+   use such a slot sooner (every task that could needs a later token of the same rate), and
+   a task that waited for its token finds its slot, so it is never parked after it took a
+   token. The tasks waiting for tokens therefore count against the concurrency limits: a
+   busy key cannot reserve the rate's start times for tasks its own slots would park.
+3. Admitted: it takes its slots (holder = this lease instance) and counts in the meter. 'a', the
    concurrency scopes held ('c', 'C').
 Holding an entry back first checks that this consumer still owns it ('x' if not: nothing
 touched) and that a task id it carries is bound to it (a forged or copied entry is admitted
@@ -55,10 +65,10 @@ a slot it joins the waiting list as '<task id>\n@' so that a freed slot is woken
 
 Returns {now ms, then flat: entry id, code, detail}.
 ]]
-local group, me, abandoned = ARGV[1], ARGV[2], ARGV[3]
-local backstop, slack, missed = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local stats_ttl = tonumber(ARGV[7])
-local tasks, pos = read_tasks(8)
+local group, consumer, me, abandoned = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local backstop, slack, missed = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local stats_ttl = tonumber(ARGV[8])
+local tasks, pos = read_tasks(9)
 local now = clock()
 local counted = false
 local out = {now}
@@ -88,17 +98,34 @@ local function hand_back(e, row)
   redis.call('XCLAIM', KEYS[e.sidx], group, abandoned, 0, e.eid, 'RETRYCOUNT', starts, 'JUSTID')
 end
 
--- Give back the slots this task holds or was woken for, waking the next waiter of each.
-local function give_back(e, scopes)
-  local any = false
+-- Give back the slots this task holds or was woken for, waking the next waiter of each;
+-- but keep (or take) those that keep(scope) says, held as '' while no worker runs it.
+local function give_back(e, t, scopes, keep)
+  local kept, freed = false, false
   for _, s in ipairs(scopes) do
-    if s.mine then
+    if keep and keep(s) then
+      redis.call('HSET', KEYS[s.run], e.tid, '')
+      kept = true
+    elseif s.mine then
       redis.call('HDEL', KEYS[s.run], e.tid)
       wake(KEYS[s.run], KEYS[s.wait], s.limit, s.suffix, KEYS[s.wkeys], s.member)
-      any = true
+      freed = true
     end
   end
-  if any then redis.call('HDEL', KEYS[7], e.tid) end
+  if kept then
+    redis.call('HSET', KEYS[7], e.tid, '\n' .. held_suffix(t.name, e.key))
+  elseif freed then
+    redis.call('HDEL', KEYS[7], e.tid)
+  end
+end
+
+-- Which slots a task waiting for a rate token keeps (see 2.): those of limits no wider than
+-- the rate it waits for; when it came back early (no binding), those it has.
+local function waiting_keeps(binding)
+  return function(s)
+    if not binding then return s.mine end
+    return s.code == 'C' or binding.code == 'r'
+  end
 end
 
 local function concurrency_scopes(e, t, cfg)
@@ -116,7 +143,7 @@ local function concurrency_scopes(e, t, cfg)
   for _, s in ipairs(scopes) do
     s.wkeys = t.wkeys
     local h = redis.call('HGET', KEYS[s.run], e.tid)
-    s.mine = (h == me or h == '')
+    s.mine = (h == me or h == '' or (h and replaced(h, me)))
     if not s.mine and not blocked then
       if h or redis.call('HLEN', KEYS[s.run]) >= s.limit then blocked = s end
     end
@@ -137,12 +164,13 @@ local function rate_scopes(e, t, cfg)
   return rates
 end
 
--- When may it start? Returns the due time (now: at once), the binding rate limit, and the
--- time it had reserved (nil: none).
+-- When may it start? Returns the due time (now: at once), the binding rate limit (nil when
+-- it came back before its reserved time: what it holds stays as it is), and the time it had
+-- reserved (nil: none).
 local function rate_due(e, t, gen, rates)
   local reserved = redis.call('ZSCORE', KEYS[t.resv], e.tid)
   reserved = reserved and tonumber(reserved)
-  if reserved and reserved > now then return reserved, rates[1], reserved end
+  if reserved and reserved > now then return reserved, nil, reserved end
   local due, binding = now, nil
   for _, b in ipairs(rates) do
     b.s, b.m = rate_state(b.key, gen)
@@ -177,11 +205,11 @@ local function admit(e)
   if not blocked and #rates > 0 then due, binding, reserved = rate_due(e, t, cfg.gen, rates) end
   if blocked or due > now then
     local p = redis.call('XPENDING', KEYS[e.sidx], group, e.eid, e.eid, 1)
-    if #p == 0 or p[1][2] ~= me then return 'x', '' end
+    if #p == 0 or p[1][2] ~= consumer then return 'x', '' end
     if e.bound and redis.call('HGET', KEYS[4], e.tid) ~= e.sidx .. e.eid then return 'a', '' end
     if e.payload == 0 and not e.suspect then return 'n', '' end
-    give_back(e, scopes)
     if blocked then
+      give_back(e, t, scopes, nil)
       redis.call('ZREM', KEYS[t.resv], e.tid)
       if blocked.member ~= '' then redis.call('SADD', KEYS[t.wkeys], blocked.member) end
       count(t.name, blocked.name)
@@ -195,6 +223,8 @@ local function admit(e)
       redis.call('RPUSH', KEYS[blocked.wait], e.tid .. '\n' .. fmt(score))
       return 'p', blocked.code
     end
+    give_back(e, t, scopes, waiting_keeps(binding))
+    local code = (binding or rates[1]).code
     if not (reserved and reserved > now) then
       -- the next free start time of the schedule is this task's now
       for _, b in ipairs(rates) do set_rate_state(b.key, cfg.gen, math.max(b.s, due) + b.i, b.m) end
@@ -203,10 +233,10 @@ local function admit(e)
     end
     if e.suspect then
       hand_back(e, p[1])
-      return 'h', binding.code
+      return 'h', code
     end
     defer(e, due)
-    return 'd', fmt(due) .. binding.code
+    return 'd', fmt(due) .. code
   end
   if #rates > 0 then
     if reserved then redis.call('ZREM', KEYS[t.resv], e.tid) end

@@ -16,6 +16,12 @@ limit key; 0 = no such limit), and the indexes in KEYS of the task's rate bucket
 hash, waiting list, reservations and waiting-keys set]. A held-slot record ends with the
 JSON [task, limit key] (made here, read back by the workers).
 
+A slot's holder is a lease instance, not a worker name: '<consumer> <instance>', the
+instance being new at every start of a worker. A worker restarted under the same name holds
+the name's lease but is not the process that took its predecessor's slots, and may take them
+back (see replaced). '' holds a slot for a task that no worker runs yet: woken from a
+waiting list, or waiting in the delayed set for its rate token.
+
 An override (written by limit_set) holds the fields rc, rp, rb, c, krc, krp, krb, kc that
 replace the declared ones, and gen, raised by every change: a bucket written under an older
 generation counts as empty, so a change starts from a fresh bucket.
@@ -123,10 +129,21 @@ local function unpark(tid, score)
   return true
 end
 
+-- Whether a slot holder is an earlier incarnation of the worker name in me ('<consumer>
+-- <instance>'): the same name, another instance (or a record from before instances, the name
+-- alone). Only a worker holding the name's lease asks, so that incarnation is gone.
+local function replaced(holder, me)
+  if holder == me or holder == '' then return false end
+  local name = string.match(me, '^(%S+)')
+  return holder == name or string.sub(holder, 1, #name + 1) == name .. ' '
+end
+
 -- Whether a task is still queued or running: indexed, or a plain task whose stream entry
--- (named by its id, '<queue>:<stream index>-<entry id>') still exists.
-local function alive(tid)
+-- (named by its id, '<queue>:<stream index>-<entry id>') still exists; with delayed, also
+-- when it is in the delayed set (a task waiting for its rate token keeps its slots there).
+local function alive(tid, delayed)
   if redis.call('HEXISTS', KEYS[4], tid) == 1 then return true end
+  if delayed and redis.call('ZSCORE', KEYS[5], tid) then return true end
   local sidx, eid = string.match(tid, ':([123])%-(%d+%-%d+)$')
   if not sidx then return false end
   return #redis.call('XRANGE', KEYS[tonumber(sidx)], eid, eid) > 0

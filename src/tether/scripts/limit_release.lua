@@ -1,11 +1,12 @@
 --[[ limit_release: give back the concurrency slots of entries this consumer settled or
 handed off, and wake the next parked task of each slot freed. Fenced: a slot is released
-only if this consumer still holds it, so a worker that wakes late, after its slot was
-reclaimed and given to another task, frees nothing.
+only if this lease instance still holds it, so a worker that wakes late, after its slot was
+reclaimed and given to another task (or taken over by a restart under its name), frees
+nothing.
 
 KEYS[1..8]  the queue keys (see limit_lib)
 KEYS[9..]   the limit keys named by the task table and the entries
-ARGV[1]     consumer
+ARGV[1]     the slot holder: this worker's lease instance, '<consumer> <instance>'
 ARGV[2]     the task table (see limit_lib)
 ARGV[3]     the entries, a JSON list of [task id, the task's index in the table, the limit
             key ('' none), the scopes it was admitted to ('c' the task's, 'C' the key's),
@@ -33,7 +34,7 @@ for _, v in ipairs(cjson.decode(ARGV[pos])) do
     released = released + 1
     wake(KEYS[krun], KEYS[kwait], cfg.kc, held_suffix(t.name, key), KEYS[t.wkeys], key)
   end
-  -- it held a slot here, so the held-slot record is this consumer's
+  -- it held a slot here, so the held-slot record is this holder's
   if mine then redis.call('HDEL', KEYS[7], tid) end
 end
 return released
