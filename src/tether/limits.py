@@ -79,7 +79,9 @@ class LimitInfo:
     generation: int
     """Raised by every runtime change."""
     running: int
-    """Slots of the task's concurrency limit in use (tasks running, or woken to run)."""
+    """Slots of the task's concurrency limit in use: tasks running, woken to run, or waiting
+    for their rate token (such a task keeps its slot, so it is never parked after it took a
+    token; it is counted in ``waiting_for_rate`` too)."""
     waiting_for_rate: int
     """Tasks in the delayed set until their reserved rate token."""
     waiting_for_slot: int
@@ -110,6 +112,7 @@ class KeyUsage:
     task: str
     key: str
     running: int
+    """The key's slots in use: tasks running, woken to run, or waiting for a rate token."""
     waiting_for_slot: int
     """Parked tasks (counting, until they are skipped, entries of tasks cancelled while
     they waited)."""
