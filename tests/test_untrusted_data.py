@@ -7,18 +7,26 @@ and the dashboard over HTTP, the ``tether info`` command in a process of its own
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import json
+import logging
+import os
 import re
 import secrets
+import subprocess
+import sys
+import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tether import ConfigError, TaskNotFound, Tether
-from tether._keys import KEYS_CACHED, queue_keys
+from tether._keys import KEYS_CACHED, QueueKeys, known_queues_key, queue_keys, registry_keys
 from tether.web import create_app
 
 from .web_helpers import TOKEN, serving, valkey_url  # noqa: F401  (a fixture)
@@ -172,3 +180,96 @@ async def test_arguments_nested_480_levels_deep_render_in_the_api_and_the_task_p
     assert depth_of(body["kwargs"]) == 64
     page = await client.get("/task", params={"id": handle.id})
     assert page.status_code == 200 and "nested deeper than 64 levels" in page.text
+
+
+# -- C6: records in Redis that are not what Tether writes -----------------------------------
+
+
+def forge_bad_records(rds: redis.Redis, namespace: str) -> str:
+    """Beside one good worker and one good statistics field, a record of every kind that
+    no Tether writes: the worker registry, statistics, the known queues, delayed tasks,
+    task records, schedule markers. Returns the good worker's name."""
+    index, prefix = registry_keys(namespace)
+    now_ms = int(time.time() * 1000)
+    good = {"name": "good-worker", "host": "h", "pid": 1, "queues": ["default"],
+            "started_ms": now_ms, "heartbeat_ms": now_ms}  # fmt: skip
+    bad_workers = {
+        "bad-time": {**good, "name": "bad-time", "started_ms": "yesterday"},
+        "bad-queues": {**good, "name": "bad-queues", "queues": 5},
+        "far-future": {**good, "name": "far-future", "heartbeat_ms": 1e300},
+        "not-json": b"{not json",
+        "too-deep": b"[" * 100_000 + b"]" * 100_000,
+    }
+    rds.set(prefix + "good-worker", json.dumps(good))
+    for name, record in bad_workers.items():
+        rds.set(prefix + name, record if isinstance(record, bytes) else json.dumps(record))
+    rds.zadd(index, {name: now_ms for name in ["good-worker", *bad_workers]})
+    rds.zadd(index, {b"\xff\xfe": now_ms})  # a name that is not text
+    keys = QueueKeys.of(namespace, "default")
+    minute = keys.stats_minute(int(time.time() // 60))
+    rds.hset(minute, mapping={"ops.ok|ok": 3, "ops.ok|r9999": 1, "ops.ok|r\u00b2": 1,
+                              "ops.ok|fail": "many", b"\xff|ok": 1})  # fmt: skip
+    rds.zadd(known_queues_key(namespace), {"default": 0, "bad name!": 0, b"\xff": 0})
+    rds.zadd(keys.delayed, {f"default:{'1' * 32}": float("inf")})
+    rds.set(keys.result(f"default:{'2' * 32}"), b"{not json")
+    rds.set(keys.result(f"default:{'3' * 32}"), json.dumps({"status": "succeeded",
+            "finished_ms": "soon", "started_ms": 1e300, "attempt": "two"}))  # fmt: skip
+    return "good-worker"
+
+
+READERS = [
+    "/api/workers", "/api/workers/good-worker", "/api/queues", "/api/queues/default",
+    "/api/queues/default/delayed", "/api/queues/default/throughput", "/api/stats/tasks",
+    f"/api/tasks/default:{'2' * 32}", f"/api/tasks/default:{'3' * 32}", "/api/schedules",
+    "/", "/fragments/overview", "/workers", "/stats", "/queues/default",
+    "/queues/default/scheduled", "/schedules", f"/task?id=default:{'3' * 32}", "/metrics",
+]  # fmt: skip
+
+
+async def test_malformed_records_are_skipped_and_reported_never_a_500(
+    client: httpx.AsyncClient,
+    rds: redis.Redis,
+    namespace: str,
+    url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One malformed worker-registry record answered 500 on the overview, /workers and the
+    queue and worker APIs, crashed `tether info` and set tether_up 0; one malformed
+    statistics field did the same to the statistics. Now each is left out, logged once
+    with its key and counted; what is readable shows as before."""
+    good = forge_bad_records(rds, namespace)
+    with caplog.at_level(logging.WARNING, logger="tether.admin"):
+        for _ in range(2):  # a second reading logs nothing new
+            failed = {}
+            for path in READERS:
+                answer = await client.get(path)
+                if answer.status_code != 200:
+                    failed[path] = (answer.status_code, answer.text[:200])
+            assert not failed
+    logged = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert len(logged) == len(set(logged)), "a record is logged once"
+    assert any("worker record" in m and "bad-time" in m for m in logged)
+    assert any("statistics record" in m and "r9999" in m for m in logged)
+    workers = (await client.get("/api/workers")).json()["items"]
+    assert [w["name"] for w in workers] == [good]
+    (stats,) = (await client.get("/api/stats/tasks")).json()["items"]
+    assert stats["counts"]["succeeded"] == 3 and stats["task"] == "ops.ok"
+    queues = [q["name"] for q in (await client.get("/api/queues")).json()["items"]]
+    assert queues == ["default"]
+    assert (await client.get("/api/queues/default")).json()["next_due_s"] is None
+    record = (await client.get(f"/api/tasks/default:{'3' * 32}")).json()
+    assert record["status"] == "succeeded" and record["attempt"] is None
+    metrics = (await client.get("/metrics")).text
+    assert "tether_up 1.0" in metrics and "tether_workers 1.0" in metrics
+    for kind in ("worker", "statistics", "queue", "delayed", "task"):
+        found = re.search(rf'tether_unreadable_records_total{{kind="{kind}"}} (\d+)', metrics)
+        assert found and int(found.group(1)) > 0, kind
+    env = {**os.environ, "TETHER_URL": url, "TETHER_NAMESPACE": namespace}
+    info = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "tether", "info", "--json"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert info.returncode == 0, info.stderr
+    overview = json.loads(info.stdout)
+    assert overview["workers"] == 1 and [q["name"] for q in overview["queues"]] == ["default"]
+    assert "Traceback" not in info.stderr and "skipped an unreadable worker record" in info.stderr

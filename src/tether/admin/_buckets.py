@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
-from .._histogram import OUTCOMES, percentile, split_field
+from .._histogram import MAX_BUCKET, OUTCOMES, percentile, split_field
 from ._models import Counts, Distribution, MinuteCounts, Page, Rate, TaskStats, utc
 from ._replies import counters_of
+from ._unreadable import skip
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -41,11 +42,16 @@ class Tally:
     run: Counter[int] = field(default_factory=Counter)
     wait: Counter[int] = field(default_factory=Counter)
 
-    def add(self, name: str, amount: int) -> None:
+    def add(self, name: str, amount: int) -> bool:
+        """Count a field of the task; False for a histogram bucket no worker writes (the
+        percentiles of a bucket past :data:`MAX_BUCKET` overflow a float)."""
         if name in OUTCOMES:
             self.outcomes[name] += amount
         elif name[:1] in ("r", "w") and name[1:].isdigit():
+            if not (name[1:].isascii() and int(name[1:]) <= MAX_BUCKET):
+                return False
             (self.run if name[0] == "r" else self.wait)[int(name[1:])] += amount
+        return True
 
 
 def tally(hashes: Sequence[dict[str, int]]) -> dict[str, Tally]:
@@ -59,7 +65,8 @@ def tally(hashes: Sequence[dict[str, int]]) -> dict[str, Tally]:
             entry = out.get(task)
             if entry is None:
                 entry = out[task] = Tally()
-            entry.add(name, amount)
+            if not entry.add(name, amount):
+                skip("statistics", f"field {key[:100]!r}", "a histogram bucket out of range")
     return out
 
 
@@ -108,7 +115,8 @@ async def read(core: Core, keys: Sequence[str]) -> list[dict[str, int]]:
     pipe: Any = core.client.pipeline(transaction=False)
     for key in keys:
         pipe.hgetall(key)
-    return [counters_of(r) for r in await pipe.execute(raise_on_error=False)]
+    replies = await pipe.execute(raise_on_error=False)
+    return [counters_of(r, key) for r, key in zip(replies, keys, strict=True)]
 
 
 async def task_stats(

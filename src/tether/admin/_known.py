@@ -15,6 +15,7 @@ from .._keys import known_queues_key
 from .._redis import text
 from .._settings import check_name
 from ._models import Page
+from ._unreadable import parsed
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -34,12 +35,17 @@ async def known_page(core: Core, cursor: str | None, limit: int) -> Page[str]:
     key = known_queues_key(core.namespace)
     start = "-" if cursor is None else "(" + cursor
     raw: Any = await core.client.zrangebylex(key, start, "+", start=0, num=limit)
-    stored = [text(n) for n in raw]
+    stored = [n for n in (_queue_name(key, r) for r in raw) if n is not None]
     later = {q for q in declared_queues(core) if cursor is None or q > cursor}
     names = sorted(set(stored) | later)
     page = names[:limit]
-    more = len(stored) == limit or len(names) > limit
+    more = len(raw) == limit or len(names) > limit
     return Page(page, page[-1] if page and more else None)
+
+
+def _queue_name(key: str, raw: Any) -> str | None:
+    """A member of the known queues, or None (reported) when it is no queue name."""
+    return parsed("queue", f"{key} member {raw[:100]!r}", lambda: check_name("queue", text(raw)))
 
 
 async def all_known(core: Core) -> list[str]:

@@ -21,6 +21,7 @@ from .._redis import text
 from .._settings import ABANDONED, PRIORITIES
 from ._models import DelayedTask, Page, RunningTask, from_ms, utc
 from ._replies import CLOCK, is_missing, server_ms, value
+from ._unreadable import finite, text_or_none
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -145,6 +146,8 @@ async def delayed(core: Core, queue: str, cursor: str | None, limit: int) -> Pag
             rows = await client.zrangebyscore(
                 keys.delayed, score, "+inf", start=0, num=limit, withscores=True
             )
+    full = len(rows) == limit
+    rows = [r for r in rows if _readable_delayed(keys.delayed, r)]
     if not rows:
         return Page([], None)
     ids = [text(member) for member, _ in rows]
@@ -172,5 +175,14 @@ async def delayed(core: Core, queue: str, cursor: str | None, limit: int) -> Pag
             )
         )
     last_id, (_, last_due) = ids[-1], rows[-1]
-    next_cursor = f"{int(float(last_due))}:{last_id}" if len(rows) == limit else None
+    next_cursor = f"{int(float(last_due))}:{last_id}" if full else None
     return Page(items, next_cursor)
+
+
+def _readable_delayed(key: str, row: tuple[Any, float]) -> bool:
+    """A member of the delayed set that is text with a due time (not an infinity)."""
+    member, score = row
+    return (
+        text_or_none("delayed", key, member) is not None
+        and finite("delayed", f"{key} member {member[:100]!r}", float(score)) is not None
+    )

@@ -30,8 +30,15 @@ def utc(ms: float) -> datetime:
 
 
 def from_ms(ms: float | None) -> datetime | None:
-    """:func:`utc`, passing None through."""
-    return None if ms is None else utc(ms)
+    """:func:`utc`, passing None through, and None for a time no datetime holds (past the
+    year 9999, an infinity): a payload may carry any number, and shows none rather than
+    failing the whole reading."""
+    if ms is None:
+        return None
+    try:
+        return utc(ms)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _plain(value: Any) -> Any:
@@ -244,14 +251,24 @@ class WorkerInfo(_ToDict):
             queues=[str(q) for q in record.get("queues") or []],
             concurrency=_int(record.get("concurrency")),
             max_pending=_int(record.get("max_pending")),
-            started_at=from_ms(record.get("started_ms") or None),
-            heartbeat_at=from_ms(record.get("heartbeat_ms") or None),
+            started_at=_time(record.get("started_ms")),
+            heartbeat_at=_time(record.get("heartbeat_ms")),
             held=_int(record.get("held")),
             running=_int(record.get("running")),
             counters={str(k): _int(v) for k, v in counters.items()}
             if isinstance(counters, dict)
             else {},
         )
+
+
+def _time(ms: Any) -> datetime | None:
+    """A record's time: unix milliseconds, or absent. Raises for anything else (the
+    reader skips the record and reports it)."""
+    if not ms:
+        return None
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+        raise TypeError(f"time {ms!r:.50} is not a number of milliseconds")
+    return utc(ms)
 
 
 def _int(value: Any) -> int:

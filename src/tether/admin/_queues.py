@@ -35,6 +35,7 @@ from ._replies import (
     server_ms,
     value,
 )
+from ._unreadable import finite
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -77,6 +78,7 @@ async def figures(
         pipe.get(keys.paused)
         for key in recent_keys(keys, now_s):
             pipe.hgetall(key)
+    recent_at = {q: recent_keys(core.keys(q), now_s) for q in queues}
     replies = detached(await pipe.execute(raise_on_error=False))
     per_queue = 1 + 3 * _PER_STREAM + 4 + RECENT_MINUTES
     parsed = []
@@ -104,14 +106,24 @@ async def figures(
                 delayed=int(value(delayed, 0)),
                 dead=int(value(dead, 0)),
                 oldest_waiting_s=None if oldest_ms is None else max(0, now_ms - oldest_ms) / 1000,
-                next_due_s=(float(head[0][1]) - now_ms) / 1000 if head else None,
+                next_due_s=_due_in(core.keys(queue).delayed, head, now_ms),
                 paused=value(paused, None) is not None,
                 paused_at=_paused_at(value(paused, None)),
                 workers=workers.get(queue, 0),
-                recent=recent_rate([counters_of(h) for h in recent], now_s),
+                recent=recent_rate(
+                    [counters_of(h, k) for h, k in zip(recent, recent_at[queue], strict=True)],
+                    now_s,
+                ),
             )
         )
     return out
+
+
+def _due_in(key: str, head: Any, now_ms: int) -> float | None:
+    """Seconds until the first delayed task is due; None without one, or for a score that
+    is no time (an infinity added by hand: JSON cannot say it)."""
+    due = finite("delayed", f"{key} first member", float(head[0][1])) if head else None
+    return None if due is None else (due - now_ms) / 1000
 
 
 def _paused_at(raw: Any) -> datetime | None:

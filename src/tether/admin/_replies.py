@@ -3,12 +3,14 @@ group that does not exist yet reads as empty, any other error is raised."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from .._keys import GROUP
 from .._redis import text
+from ._unreadable import parsed
 
 
 def is_missing(reply: Any) -> bool:
@@ -72,12 +74,16 @@ def server_ms(reply: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def counters_of(raw: Any) -> dict[str, int]:
-    """A statistics hash as {field: count}."""
+def counters_of(raw: Any, key: str) -> dict[str, int]:
+    """The statistics hash at ``key`` as {field: count}; a field that is not text with a
+    whole number is skipped and reported."""
     out: dict[str, int] = {}
     for k, v in value(raw, {}).items():
-        try:
-            out[text(k)] = int(v)
-        except ValueError:
-            continue  # not ours: ignore rather than fail the whole reading
+        counter = parsed("statistics", f"{key} field {k[:100]!r}", partial(_counter, k, v))
+        if counter is not None:
+            out[counter[0]] = counter[1]
     return out
+
+
+def _counter(field: Any, amount: Any) -> tuple[str, int]:
+    return text(field), int(amount)

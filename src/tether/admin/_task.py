@@ -5,6 +5,8 @@ commands, whatever the queue holds."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import scripts
@@ -14,8 +16,9 @@ from .._keys import GROUP, entry_of_task_id
 from .._lifecycle import keys_for
 from .._redis import text
 from .._settings import PRIORITIES
-from ._models import TaskError, TaskInfo, from_ms
+from ._models import TaskError, TaskInfo, from_ms, utc
 from ._replies import CLOCK, detached, server_ms, value
+from ._unreadable import parsed, skip
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -38,8 +41,7 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
     where, scheduled, due = await pipe.execute()
     record: dict[str, Any] = {}
     if reply.state in ("retrying", "record"):
-        loaded = core.serializer.loads(reply.detail)
-        record = loaded if isinstance(loaded, dict) else {}
+        record = _record(core, keys.result(task_id), reply.detail)
     payload: bytes | None = None
     started_at = None
     located = (int(where[:1]), text(where[1:])) if where is not None else derived
@@ -65,20 +67,21 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
     env = _decode(core, payload)
     status = text(record.get("status", "")) if reply.state == "record" else reply.state
     error = record.get("error")
+    fields = _Fields(keys.result(task_id), record)
     return TaskInfo(
         id=task_id,
         queue=keys.queue,
         status=status,
-        task=env.task if env else (record.get("task") or None),
-        attempt=env.attempt if env else record.get("attempt"),
+        task=env.task if env else fields.text("task"),
+        attempt=env.attempt if env else fields.whole("attempt"),
         priority=PRIORITIES[sidx - 1] if sidx in (1, 2, 3) else None,
         args=env.args if env else None,
         kwargs=env.kwargs if env else None,
-        enqueued_at=from_ms((env.enqueued_ms if env else record.get("enqueued_ms")) or None),
-        due_at=from_ms(float(due)) if due is not None else None,
+        enqueued_at=from_ms(env.enqueued_ms or None) if env else fields.time("enqueued_ms"),
+        due_at=_due(keys.delayed, task_id, due),
         worker=text(reply.detail) if reply.state == "running" else None,
-        started_at=started_at or from_ms(record.get("started_ms")),
-        finished_at=from_ms(record.get("finished_ms")) if reply.state == "record" else None,
+        started_at=started_at or fields.time("started_ms"),
+        finished_at=fields.time("finished_ms") if reply.state == "record" else None,
         result=record.get("value") if status == "succeeded" else None,
         error=TaskError(
             type=str(error.get("type", "")),
@@ -88,6 +91,53 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
         if isinstance(error, dict)
         else None,
     )
+
+
+def _record(core: Core, key: str, raw: bytes) -> dict[str, Any]:
+    """The outcome record at ``key``; empty (reported) when it is not an object."""
+    loaded = parsed("task", key, lambda: core.serializer.loads(raw))
+    if isinstance(loaded, dict):
+        return loaded
+    if loaded is not None:
+        skip("task", key, f"a {type(loaded).__name__}, not an object")
+    return {}
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The fields of an outcome record, each of the type shown or None (reported)."""
+
+    key: str
+    record: dict[str, Any]
+
+    def _checked(self, name: str, ok: bool) -> Any:
+        found = self.record.get(name)
+        if found is None or ok:
+            return found
+        skip("task", f"{self.key} field {name!r}", f"{found!r:.100} is not what Tether writes")
+        return None
+
+    def text(self, name: str) -> str | None:
+        return self._checked(name, isinstance(self.record.get(name), str)) or None
+
+    def whole(self, name: str) -> int | None:
+        found = self.record.get(name)
+        checked: int | None = self._checked(
+            name, isinstance(found, int) and not isinstance(found, bool)
+        )
+        return checked
+
+    def time(self, name: str) -> datetime | None:
+        """Unix milliseconds as a time; a record of an earlier release may lack it."""
+        ms = self._checked(name, isinstance(self.record.get(name), (int, float)))
+        return None if not ms else parsed("task", f"{self.key} field {name!r}", lambda: utc(ms))
+
+
+def _due(key: str, task_id: str, due: float | None) -> datetime | None:
+    """When a delayed task is due: its score, unless that is no time (set by hand)."""
+    if due is None:
+        return None
+    return parsed("delayed", f"{key} member {task_id!r}", lambda: utc(float(due)))
 
 
 def _decode(core: Core, payload: bytes | None) -> Envelope | None:

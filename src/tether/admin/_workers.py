@@ -14,8 +14,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .._keys import registry_keys
-from .._redis import text
 from ._models import Page, WorkerInfo
+from ._unreadable import parsed, skip, text_or_none
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -24,20 +24,27 @@ MAX_RECORD = 1_000_000
 """A record larger than this is not ours: skipped rather than parsed."""
 
 
-def _parse(raw: Any) -> WorkerInfo | None:
-    if raw is None or len(raw) > MAX_RECORD:
+def _parse(key: str, raw: Any) -> WorkerInfo | None:
+    """A worker's record, or None: expired (a dead worker), or unreadable (reported)."""
+    if raw is None:
         return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
+    if len(raw) > MAX_RECORD:
+        skip("worker", key, f"{len(raw)} bytes, more than a worker writes")
         return None
-    return WorkerInfo.from_record(record) if isinstance(record, dict) else None
+    return parsed("worker", key, lambda: _info(json.loads(raw)))
+
+
+def _info(record: Any) -> WorkerInfo:
+    if not isinstance(record, dict):
+        raise TypeError(f"a {type(record).__name__}, not an object")
+    return WorkerInfo.from_record(record)
 
 
 async def page(core: Core, cursor: str | None, limit: int) -> Page[WorkerInfo]:
     index, prefix = registry_keys(core.namespace)
     client: Any = core.client
-    names = sorted(text(n) for n in await client.zrange(index, 0, -1))
+    read = (text_or_none("worker", index, n) for n in await client.zrange(index, 0, -1))
+    names = sorted(n for n in read if n is not None)
     if cursor is not None:
         names = [n for n in names if n > cursor]
     items: list[WorkerInfo] = []
@@ -45,8 +52,8 @@ async def page(core: Core, cursor: str | None, limit: int) -> Page[WorkerInfo]:
     while position < len(names) and len(items) < limit:
         chunk = names[position : position + (limit - len(items))]
         position += len(chunk)
-        for raw in await client.mget([prefix + n for n in chunk]):
-            info = _parse(raw)
+        for name, raw in zip(chunk, await client.mget([prefix + n for n in chunk]), strict=True):
+            info = _parse(prefix + name, raw)
             if info is not None:
                 items.append(info)
     more = position < len(names)
@@ -55,7 +62,7 @@ async def page(core: Core, cursor: str | None, limit: int) -> Page[WorkerInfo]:
 
 async def one(core: Core, name: str) -> WorkerInfo | None:
     _, prefix = registry_keys(core.namespace)
-    return _parse(await core.client.get(prefix + name))
+    return _parse(prefix + name, await core.client.get(prefix + name))
 
 
 async def every(core: Core) -> list[WorkerInfo]:

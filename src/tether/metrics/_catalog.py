@@ -211,6 +211,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 when a scheduler instance holds the leadership (periodic tasks fire), else 0.",
         "deployment",
     ),
+    MetricSpec(
+        "tether_unreadable_records_total", "counter", ("kind",),
+        "Records in Redis this process's readers skipped because they could not parse them "
+        "(not what Tether writes), by kind: worker, statistics, queue, delayed, task, "
+        "schedule. Counted at each reading; each record is logged once.",
+        "deployment",
+    ),
 )  # fmt: skip
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}

@@ -18,12 +18,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from .._faults import describe_error
 from .._settings import PRIORITIES
-from ..admin import Overview, Stats
+from ..admin import Overview, Stats, _unreadable
 from ._catalog import spec
 
 if TYPE_CHECKING:
@@ -72,7 +72,17 @@ def families(overview: Overview) -> list[Metric]:
         paused,
         _gauge("tether_workers", overview.workers),
         _gauge("tether_scheduler_leader", 1 if overview.scheduler_leader else 0),
+        unreadable(),
     ]
+
+
+def unreadable() -> CounterMetricFamily:
+    """Records the readers of this process skipped (see :mod:`tether.admin._unreadable`)."""
+    name = "tether_unreadable_records_total"
+    family = CounterMetricFamily(spec(name).family, spec(name).help, labels=spec(name).labels)
+    for kind, skipped in _unreadable.counts().items():
+        family.add_metric([kind], skipped)
+    return family
 
 
 async def read(app: Core, timeout: float = READ_TIMEOUT) -> list[Metric]:
