@@ -26,7 +26,7 @@ from fastapi import FastAPI
 
 from .._version import __version__
 from . import _login, _metrics
-from ._auth import AuthMiddleware, TokenAuth
+from ._auth import AuthMiddleware, FailureThrottle, TokenAuth
 from ._context import WebContext
 from ._router import routes
 
@@ -45,12 +45,14 @@ def create_app(
     """A FastAPI app serving ``app``'s management API, guarded by ``token`` (at least 16
     characters; compared in constant time).
 
-    ``read_only`` answers 403 to every state-changing call. Browser sessions last
+    ``read_only`` answers 403 to every state-changing call. Wrong tokens are throttled per
+    client address (see ``_auth.FailureThrottle``). Browser sessions last
     ``session_ttl`` seconds; their cookie is ``Secure`` when the request came over HTTPS,
     or as ``secure_cookies`` says. The app opens the Tether app at start-up unless it is
     open already, and closes it at shut-down if it opened it.
     """
     auth = TokenAuth(token, session_ttl=session_ttl)
+    throttle = FailureThrottle()  # shared: the login page and the header count together
     ctx = WebContext(app, read_only=read_only, csrf=True)
 
     @asynccontextmanager
@@ -73,9 +75,9 @@ def create_app(
         openapi_url="/api/openapi.json",
         lifespan=lifespan,
     )
-    web.add_middleware(AuthMiddleware, auth=auth, read_only=read_only)
+    web.add_middleware(AuthMiddleware, auth=auth, read_only=read_only, throttle=throttle)
     web.state.tether = ctx
-    web.include_router(_login.routes(ctx, auth, secure_cookies=secure_cookies))
+    web.include_router(_login.routes(ctx, auth, secure_cookies=secure_cookies, throttle=throttle))
     web.include_router(routes(ctx))
     web.include_router(_metrics.routes(app))
     return web

@@ -7,7 +7,9 @@
   changing the token ends every session. A session's CSRF token is an HMAC of its id: pages
   put it in their forms (field ``csrf_token``) or requests (header ``X-CSRF-Token``).
 
-Tokens and MACs are compared in constant time (:func:`hmac.compare_digest`).
+Tokens and MACs are compared in constant time (:func:`hmac.compare_digest`). Wrong tokens
+are throttled per client address (:class:`FailureThrottle`): after a few, the address waits
+longer and longer before a token of its is checked again, and meanwhile gets 429.
 
 :class:`AuthMiddleware` guards every path of the standalone app but the login page, so
 pages and endpoints added later (the dashboard, ``/metrics``) are authenticated by default;
@@ -19,9 +21,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import json
+import logging
+import math
 import secrets
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +37,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import ConfigError
 from ._static import PUBLIC_PATHS as STATIC_PATHS
+
+log = logging.getLogger("tether.web")
 
 SESSION_COOKIE = "tether_session"
 MIN_TOKEN_LENGTH = 16
@@ -106,6 +115,105 @@ class TokenAuth:
         return self._mac(f"csrf.{session}")
 
 
+@dataclass
+class _Failures:
+    count: int
+    last: float
+    until: float
+
+
+class FailureThrottle:
+    """Wrong tokens per client, to keep guessing slow whatever the client's concurrency.
+
+    A client (an address; an IPv6 address by its /64, which one host usually holds whole)
+    has ``free`` wrong tokens; then each wrong token makes it wait before its next token is
+    checked at all: ``base_delay`` seconds, doubling with each further one up to
+    ``max_delay``. Waiting, its tokens, right or wrong, are not checked (checking them
+    would tell a guesser which one was right, throttled or not): the caller answers 429
+    with ``Retry-After``. A client's record is forgotten ``forget_after`` seconds after its
+    last wrong token, and at most ``max_clients`` are kept (the oldest go first), so the
+    table stays bounded however many addresses guess."""
+
+    def __init__(
+        self,
+        *,
+        free: int = 5,
+        base_delay: float = 1.0,
+        max_delay: float = 60.0,
+        forget_after: float = 900.0,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.free = free
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.forget_after = forget_after
+        self.max_clients = max_clients
+        self._clock = clock
+        self._clients: OrderedDict[str, _Failures] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    @staticmethod
+    def client(address: str) -> str:
+        """The key of an address: itself, or its /64 for IPv6."""
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return address
+        if isinstance(parsed, ipaddress.IPv6Address):
+            if parsed.ipv4_mapped is not None:
+                return str(parsed.ipv4_mapped)
+            return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+        return str(parsed)
+
+    def wait(self, address: str) -> float:
+        """Seconds before a token of this address is checked again (0: now)."""
+        key = self.client(address)
+        found = self._clients.get(key)
+        if found is None:
+            return 0.0
+        now = self._clock()
+        if now - found.last > self.forget_after:
+            del self._clients[key]
+            return 0.0
+        return max(0.0, found.until - now)
+
+    def failed(self, address: str) -> _Failures:
+        """Count a wrong token of this address; its record after it."""
+        key = self.client(address)
+        now = self._clock()
+        found = self._clients.pop(key, None)
+        if found is None or now - found.last > self.forget_after:
+            found = _Failures(0, now, now)
+        found.count += 1
+        found.last = now
+        if found.count >= self.free:
+            delay = self.base_delay * 2 ** min(found.count - self.free, 32)
+            found.until = now + min(delay, self.max_delay)
+        self._clients[key] = found  # the most recent last: the oldest are evicted first
+        while len(self._clients) > self.max_clients:
+            self._clients.popitem(last=False)
+        return found
+
+    def refusal(self, address: str, where: str) -> float:
+        """Record a wrong token of ``address`` given ``where`` (for the log) and log it,
+        never the token: the seconds the address now waits."""
+        found = self.failed(address)
+        wait = max(0.0, found.until - found.last)
+        log.warning(
+            "wrong token %s from %s (%d so far)%s", where, address, found.count,
+            f": its tokens are not checked for {wait:.0f} s" if wait else "",
+        )  # fmt: skip
+        return wait
+
+
+def retry_after(wait: float) -> str:
+    """A ``Retry-After`` value: whole seconds, at least one."""
+    return str(max(1, math.ceil(wait)))
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key == name:
@@ -136,10 +244,18 @@ class AuthMiddleware:
     the login page; anything else gets 401 JSON. In read-only mode every state-changing
     request but login and logout gets 403 here, before its body is read."""
 
-    def __init__(self, app: ASGIApp, *, auth: TokenAuth, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        auth: TokenAuth,
+        read_only: bool = False,
+        throttle: FailureThrottle | None = None,
+    ) -> None:
         self.app = app
         self.auth = auth
         self.read_only = read_only
+        self.throttle = throttle if throttle is not None else FailureThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -152,7 +268,18 @@ class AuthMiddleware:
         if path in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
+        address = client_address(scope)
+        header = _header(scope, b"authorization")
+        bearer = header is not None and _is_bearer(header)
+        if bearer and (wait := self.throttle.wait(address)):
+            await _send(send, 429, {"detail": "too many wrong tokens from this address: "
+                        f"try again in {retry_after(wait)} s"},
+                        [(b"retry-after", retry_after(wait).encode())])  # fmt: skip
+            return
         principal = self.principal(scope)
+        if bearer and (principal is None or principal.method != "bearer"):
+            # Only a Bearer header is a guess: a proxy's Basic credentials are not ours.
+            self.throttle.refusal(address, "in an Authorization header")
         method = scope["method"]
         if principal is None:
             accept = _header(scope, b"accept") or ""
@@ -184,6 +311,10 @@ class AuthMiddleware:
                 self.auth.csrf_token(session),
             )
         return None
+
+
+def _is_bearer(header: str) -> bool:
+    return header.strip().partition(" ")[0].lower() == "bearer"
 
 
 async def _send(

@@ -1,21 +1,20 @@
 """The login page of the standalone server: the token in, a session cookie out."""
 
 import asyncio
-import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from . import _static
-from ._auth import SESSION_COOKIE, TokenAuth
+from ._auth import SESSION_COOKIE, FailureThrottle, TokenAuth, client_address, retry_after
 from ._context import WebContext
 from ._guard import audit
 from ._templates import templates
 
-log = logging.getLogger("tether.web")
 FAILED_LOGIN_DELAY = 0.5
-"""Seconds a wrong token waits before its answer: guessing stays slow."""
+"""Seconds a wrong token waits before its answer, on top of the throttle of its address
+(which is what bounds guessing: many logins at once each wait only this)."""
 
 
 def safe_next(target: str | None) -> str:
@@ -31,8 +30,17 @@ def safe_next(target: str | None) -> str:
     return target
 
 
-def routes(ctx: WebContext, auth: TokenAuth, *, secure_cookies: bool | None = None) -> APIRouter:
+def routes(
+    ctx: WebContext,
+    auth: TokenAuth,
+    *,
+    secure_cookies: bool | None = None,
+    throttle: FailureThrottle | None = None,
+) -> APIRouter:
+    """The login page; ``throttle`` is the one of the app's middleware, so wrong tokens at
+    the page and in ``Authorization`` headers count together."""
     pages = APIRouter(include_in_schema=False)
+    failures = throttle if throttle is not None else FailureThrottle()
 
     def page(request: Request, next_path: str, error: str | None, status: int) -> Response:
         root = request.scope.get("root_path", "")
@@ -69,9 +77,20 @@ def routes(ctx: WebContext, auth: TokenAuth, *, secure_cookies: bool | None = No
         next: Annotated[str, Form(max_length=2000)] = "/",
     ) -> Response:
         root = request.scope.get("root_path", "")
-        where = f"{request.client.host if request.client else 'unknown'}"
+        where = client_address(request.scope)
+        wait = failures.wait(where)
+        if wait:
+            # Not checked at all: a right token would otherwise stand out among the 429s.
+            refused = page(
+                request,
+                safe_next(next),
+                f"Too many wrong tokens from your address: try again in {retry_after(wait)} s.",
+                429,
+            )
+            refused.headers["Retry-After"] = retry_after(wait)
+            return refused
         if not auth.check_token(token):
-            log.warning("wrong token at the login page from %s", where)
+            failures.refusal(where, "at the login page")
             await asyncio.sleep(FAILED_LOGIN_DELAY)
             return page(request, safe_next(next), "That token is not right.", 401)
         response = RedirectResponse(root + safe_next(next), status_code=303)

@@ -29,15 +29,19 @@ def router(
                               dependencies=[Depends(admin_only)])
 
     ``read_only=True`` answers 403 to every state-changing call (and the dashboard shows no
-    write button). ``csrf`` (on by default) requires, on state-changing requests that carry
-    no ``Authorization`` header (a browser with your session cookie), the token of
+    write button). ``csrf`` (on by default) requires the token of
     ``GET <prefix>/api/session`` in the ``X-CSRF-Token`` header (the dashboard's forms carry
-    it); turn it off only if your app guards against CSRF itself.
+    it) on every state-changing request a page on another site could make a browser send
+    with your session cookie or the Basic credentials it remembers: all but those with an
+    ``Authorization: Bearer`` header, or with an ``Authorization`` header and a body that
+    is not a form (JSON; see ``_guard``). Turn it off only if your app guards against CSRF
+    itself.
     ``actor(request)`` names the caller in the audit log (``tether.web.audit``); by default
     the router uses ``request.scope["user"]`` when your authentication sets one.
 
     Open the app in your lifespan (``async with app:``) so it closes cleanly; otherwise
-    the router opens it at its first request.
+    the router opens it at its first request, on that request's event loop, and closes it
+    when that loop ends (a next loop opens it again).
     """
     return routes(WebContext(app, read_only=read_only, csrf=csrf, actor=actor))
 
