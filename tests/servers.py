@@ -64,7 +64,7 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def _free_cluster_port() -> int:
+def free_cluster_port() -> int:
     """A free port whose bus port (port + 10000) is free too.
 
     ``free_port`` gives an ephemeral port (32768-60999 on Linux), so the bus port can overflow
@@ -487,7 +487,7 @@ class LocalCluster:
                 (folder / "nodes.conf").unlink(missing_ok=True)
                 return _Server(
                     self.binary,
-                    port=_free_cluster_port(),
+                    port=free_cluster_port(),
                     args=self._node_args(),
                     directory=str(folder),
                 )
