@@ -125,14 +125,15 @@ class _Failures:
 class FailureThrottle:
     """Wrong tokens per client, to keep guessing slow whatever the client's concurrency.
 
-    A client (an address; an IPv6 address by its /64, which one host usually holds whole)
-    has ``free`` wrong tokens; then each wrong token makes it wait before its next token is
-    checked at all: ``base_delay`` seconds, doubling with each further one up to
-    ``max_delay``. Waiting, its tokens, right or wrong, are not checked (checking them
-    would tell a guesser which one was right, throttled or not): the caller answers 429
-    with ``Retry-After``. A client's record is forgotten ``forget_after`` seconds after its
-    last wrong token, and at most ``max_clients`` are kept (the oldest go first), so the
-    table stays bounded however many addresses guess."""
+    After ``free`` wrong tokens, a client (an address; an IPv6 address by its /64, which
+    one host usually holds whole) waits ``base_delay`` seconds before its next token is
+    checked at all, and twice as long after each further wrong one, up to ``max_delay``.
+    Waiting, its tokens, right or wrong, are not checked (checking them would tell a
+    guesser which one was right, throttled or not): the caller answers 429 with
+    ``Retry-After``. A client's record is forgotten ``forget_after`` seconds after its last
+    wrong token, and at most ``max_clients`` are kept (the oldest go first), so the table
+    stays bounded however many addresses guess. The table is the server process's own:
+    each process of a server with several counts apart."""
 
     def __init__(
         self,

@@ -75,11 +75,22 @@ class WebContext:
                     )
                 await self._drop_stale()
         if not app.is_open:
+            await self._retire_closer()
+        if not app.is_open:  # still: a request beside this one may have opened it meanwhile
             await app.open()
             mine.client, mine.loop = app.client, weakref.ref(loop)
             mine.closer = self._close_at_loop_end(app.client)
             await anext(mine.closer)
         return app
+
+    async def _retire_closer(self) -> None:
+        """Finish the closer of a client that is gone (closed by its host, or with its
+        loop): finished here, it never asks its loop, perhaps closed, to finish it when it
+        is collected."""
+        closer, self.opened.closer = self.opened.closer, None
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer.aclose()
 
     async def _close_at_loop_end(self, client: Any) -> AsyncGenerator[None, None]:
         """Parked at its ``yield`` for as long as the loop runs. ``asyncio.run`` (and so
@@ -97,16 +108,12 @@ class WebContext:
         """Let go of a client whose loop ended without closing its async generators (a loop
         closed by hand). Its connections cannot be closed from this loop, their transports
         belong to the old one: the close fails, and the sockets go with the old objects."""
-        closer, self.opened.closer = self.opened.closer, None
         self.opened.client = self.opened.loop = None
         # Awaited inline (no task): close() lets go of the client before its first await,
         # so a concurrent request on this loop opens a new one instead of using the old.
         with contextlib.suppress(Exception):
             await self.app.close()
-        if closer is not None:
-            # Finished here, it never asks the closed loop to finish it when collected.
-            with contextlib.suppress(Exception):
-                await closer.aclose()
+        await self._retire_closer()
         log.info("the event loop changed: the router opens its Tether app again")
 
     async def stats(self) -> Stats:
