@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 from .._histogram import MAX_BUCKET, OUTCOMES, percentile, split_field
+from .._unreadable import skip
 from ._models import Counts, Distribution, MinuteCounts, Page, Rate, TaskStats, utc
 from ._replies import counters_of
-from ._unreadable import skip
 
 if TYPE_CHECKING:
     from .._core import Core

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from .._keys import known_queues_key
 from .._redis import text
 from .._settings import check_name
+from .._unreadable import parsed
 from ._models import Page
-from ._unreadable import parsed
 
 if TYPE_CHECKING:
     from .._core import Core

@@ -19,9 +19,9 @@ from .._errors import ConfigError
 from .._keys import GROUP, derived_task_id
 from .._redis import text
 from .._settings import ABANDONED, PRIORITIES
+from .._unreadable import finite, text_or_none
 from ._models import DelayedTask, Page, RunningTask, from_ms, utc
 from ._replies import CLOCK, is_missing, server_ms, value
-from ._unreadable import finite, text_or_none
 
 if TYPE_CHECKING:
     from .._core import Core

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._keys import GROUP
 from .._redis import text
 from .._settings import ABANDONED, PRIORITIES
+from .._unreadable import finite
 from ._buckets import RECENT_MINUTES, recent_keys, recent_rate
 from ._models import QueueStats, from_ms
 from ._replies import (
@@ -35,7 +36,6 @@ from ._replies import (
     server_ms,
     value,
 )
-from ._unreadable import finite
 
 if TYPE_CHECKING:
     from .._core import Core

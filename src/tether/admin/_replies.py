@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from .._keys import GROUP
 from .._redis import text
-from ._unreadable import parsed
+from .._unreadable import parsed
 
 
 def is_missing(reply: Any) -> bool:

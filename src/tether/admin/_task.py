@@ -16,9 +16,9 @@ from .._keys import GROUP, entry_of_task_id
 from .._lifecycle import keys_for
 from .._redis import text
 from .._settings import PRIORITIES
+from .._unreadable import parsed, skip
 from ._models import TaskError, TaskInfo, from_ms, utc
 from ._replies import CLOCK, detached, server_ms, value
-from ._unreadable import parsed, skip
 
 if TYPE_CHECKING:
     from .._core import Core

@@ -14,8 +14,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .._keys import registry_keys
+from .._unreadable import parsed, skip, text_or_none
 from ._models import Page, WorkerInfo
-from ._unreadable import parsed, skip, text_or_none
 
 if TYPE_CHECKING:
     from .._core import Core

@@ -215,7 +215,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "tether_unreadable_records_total", "counter", ("kind",),
         "Records in Redis this process's readers skipped because they could not parse them "
         "(not what Tether writes), by kind: worker, statistics, queue, delayed, task, "
-        "schedule. Counted at each reading; each record is logged once.",
+        "schedule, dead, limit. Counted at each reading; each record is logged once.",
         "deployment",
     ),
 )  # fmt: skip

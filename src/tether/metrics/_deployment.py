@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
+from .. import _unreadable
 from .._faults import describe_error
 from .._settings import PRIORITIES
-from ..admin import Overview, Stats, _unreadable
+from ..admin import Overview, Stats
 from ._catalog import spec
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def families(overview: Overview) -> list[Metric]:
 
 
 def unreadable() -> CounterMetricFamily:
-    """Records the readers of this process skipped (see :mod:`tether.admin._unreadable`)."""
+    """Records the readers of this process skipped (see :mod:`tether._unreadable`)."""
     name = "tether_unreadable_records_total"
     family = CounterMetricFamily(spec(name).family, spec(name).help, labels=spec(name).labels)
     for kind, skipped in _unreadable.counts().items():

@@ -5,8 +5,14 @@ program, a release of Tether before or after this one, a person at ``redis-cli``
 record must not take down every page, the metrics and ``tether info`` that read it (a
 worker-registry record with a time in words answered 500 everywhere and set ``tether_up 0``).
 So a reader parses each record with :func:`parsed`: a record that does not parse is left
-out of what the reader returns, logged once (per kind and key, on the ``tether.admin``
-logger) and counted in ``tether_unreadable_records_total{kind}`` at every reading.
+out of what the reader returns (or, where the record itself must stay listed, such as a dead
+letter that can still be purged, the field shows as unreadable), logged once (per kind and
+key, on the ``tether.admin`` logger, the readers' logger since this began there) and counted
+in ``tether_unreadable_records_total{kind}`` at every reading.
+
+It sits at the root of the package, beside the keys, because readers at every level use it:
+the admin readers, and below them the schedules, dead letters, limits and task status,
+which :mod:`tether.admin` imports (it could not import them back).
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ T = TypeVar("T")
 
 log = logging.getLogger("tether.admin")
 
-KINDS: tuple[str, ...] = ("worker", "statistics", "queue", "delayed", "task", "schedule")
+KINDS: tuple[str, ...] = (
+    "worker", "statistics", "queue", "delayed", "task", "schedule", "dead", "limit",
+)  # fmt: skip
 """What a skipped record was: the values of the metric's ``kind`` label."""
 
 REMEMBERED = 10_000
