@@ -52,7 +52,9 @@ class Tether(Core):
 
     Keyword arguments: ``serializer`` (JSON by default), ``result_ttl`` (how long outcomes
     are kept, 1 h), ``dead_letter_maxlen`` (10,000), ``socket_timeout`` (10 s),
-    ``connect_timeout`` (5 s), ``enqueue_replicas`` and ``enqueue_replicas_timeout`` (wait for
+    ``connect_timeout`` (5 s), ``max_connections`` (connections to each server at most, 100;
+    calls wait for a free one) and ``pool_timeout`` (how long they wait, 10 s),
+    ``enqueue_replicas`` and ``enqueue_replicas_timeout`` (wait for
     replicas on each enqueue), ``stats`` (record per-task statistics, on) and
     ``stats_window`` (how long they are kept, 24 h), ``middleware``.
     """

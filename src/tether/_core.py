@@ -107,6 +107,8 @@ class Core:
         dead_letter_maxlen: int = 10_000,
         socket_timeout: float = 10.0,
         connect_timeout: float = 5.0,
+        max_connections: int = 100,
+        pool_timeout: float | timedelta = 10.0,
         enqueue_replicas: int = 0,
         enqueue_replicas_timeout: float = 1.0,
         stats: bool = True,
@@ -117,6 +119,8 @@ class Core:
             result_ttl = result_ttl.total_seconds()
         if isinstance(stats_window, timedelta):
             stats_window = stats_window.total_seconds()
+        if isinstance(pool_timeout, timedelta):
+            pool_timeout = pool_timeout.total_seconds()
         env_url = os.environ.get("TETHER_URL")
         self.url_source = "code" if url else "TETHER_URL" if env_url else "default"
         """Where the URL came from: 'code', 'TETHER_URL', 'default' or 'override'."""
@@ -127,6 +131,8 @@ class Core:
             dead_letter_maxlen=dead_letter_maxlen,
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
+            max_connections=max_connections,
+            pool_timeout=pool_timeout,
             enqueue_replicas=enqueue_replicas,
             enqueue_replicas_timeout=enqueue_replicas_timeout,
             stats=stats,
@@ -206,6 +212,8 @@ class Core:
                 self.target,
                 socket_timeout=self.settings.socket_timeout,
                 connect_timeout=self.settings.connect_timeout,
+                max_connections=self.settings.max_connections,
+                pool_timeout=self.settings.pool_timeout,
             )
         return self
 
@@ -243,6 +251,8 @@ class Core:
                         socket_timeout=self.settings.socket_timeout,
                         connect_timeout=self.settings.connect_timeout,
                         retries=3,
+                        max_connections=self.settings.max_connections,
+                        pool_timeout=self.settings.pool_timeout,
                     )
         return client
 

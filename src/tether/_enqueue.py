@@ -30,7 +30,7 @@ from ._envelope import (
     plain_encoder,
 )
 from ._errors import EnqueueError, SerializationError
-from ._faults import Fault, classify, describe_error
+from ._faults import Fault, classify, describe_error, is_pool_exhausted
 from ._handle import TaskHandle
 from ._keys import derived_task_id
 from ._middleware import Middleware, call_hooks, call_hooks_sync, overrides
@@ -535,11 +535,14 @@ def _check_replicas(core: Core, acked: int) -> None:
 def _enqueue_error(core: Core, task: str, exc: BaseException) -> EnqueueError:
     """A clear EnqueueError naming the cause, for any error of the server or the network."""
     cause = describe_error(exc, core.target.redacted)
-    if classify(exc, core.target.redacted) is Fault.TRANSIENT and not isinstance(
-        exc, redis.exceptions.ResponseError
+    if (
+        classify(exc, core.target.redacted) is Fault.TRANSIENT
+        and not isinstance(exc, redis.exceptions.ResponseError)
+        and not is_pool_exhausted(exc)
     ):
         # The command may have reached the server before the connection failed (a reply,
-        # BUSY or CLUSTERDOWN say, is a refusal: nothing was written).
+        # BUSY or CLUSTERDOWN say, is a refusal, and a pool with no free connection sent
+        # nothing: nothing was written).
         outcome = "it may or may not have been enqueued (give a dedup key to retry safely)"
     else:
         outcome = "nothing was enqueued"

@@ -251,12 +251,20 @@ def describe_error(exc: BaseException, where: str, command: str | None = None) -
     return _describe_passing(exc, where, message)
 
 
+def is_pool_exhausted(exc: BaseException) -> bool:
+    """Every connection of the client's pool stayed in use for the whole wait: no command
+    was sent (the server may be perfectly well)."""
+    return isinstance(exc, redis.exceptions.MaxConnectionsError) or (
+        # redis-py's blocking pool, when its wait ran out
+        isinstance(exc, redis.exceptions.ConnectionError)
+        and str(exc).startswith("No connection available")
+    )
+
+
 def _describe_passing(exc: BaseException, where: str, message: str) -> str:
     """The line for the states that pass (and for any other reply)."""
     code = reply_code(exc)
-    if isinstance(exc, redis.exceptions.MaxConnectionsError) or message.startswith(
-        "No connection available"  # redis-py's blocking pool, when its wait ran out
-    ):
+    if is_pool_exhausted(exc):
         return (
             f"every connection to {where} of this process is in use and none came free in "
             "time: raise max_connections or pool_timeout, or make fewer concurrent calls"

@@ -244,32 +244,71 @@ def _common_kwargs(
     return kwargs
 
 
+DEFAULT_MAX_CONNECTIONS = 100
+"""Connections a client keeps to each server (each node of a Cluster) at most."""
+DEFAULT_POOL_TIMEOUT = 10.0
+"""Seconds a call waits for a free connection when all of them are in use."""
+
+
+class _BlockingSentinelPool(
+    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
+):
+    """Sentinel's pool (it finds the master) with the blocking pool's wait for a free
+    connection (it overrides only how connections are handed out)."""
+
+
+class _BlockingSyncSentinelPool(
+    redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool
+):
+    """The same for blocking clients."""
+
+
+def _pool_kwargs(max_connections: int, pool_timeout: float | None) -> dict[str, Any]:
+    return {"max_connections": max_connections, "timeout": pool_timeout}
+
+
 def async_client(
     target: Target,
     *,
     socket_timeout: float | None,
     connect_timeout: float,
     retries: int = 3,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout: float | None = DEFAULT_POOL_TIMEOUT,
 ) -> AsyncClient:
-    """An asyncio client for ``target``. ``retries`` re-sends a command after a lost connection."""
+    """An asyncio client for ``target``. ``retries`` re-sends a command after a lost
+    connection. At most ``max_connections`` connections per server: a call made while all
+    are in use waits up to ``pool_timeout`` seconds for one (redis-py's default pool fails
+    at once, so a burst of concurrent calls failed with "Too many connections"). A Cluster
+    client cannot wait: past ``max_connections`` per node a call fails, and the message
+    says so."""
     if target.kind == "standalone":
-        return redis.asyncio.Redis.from_url(
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
             target.url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             socket_keepalive=True,
             retry=_retry(retries, asynchronous=True),
+            **_pool_kwargs(max_connections, pool_timeout),
         )
+        return redis.asyncio.Redis.from_pool(pool)
     kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries)
     if target.kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
-        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+        return redis.asyncio.cluster.RedisCluster(
+            startup_nodes=nodes, max_connections=max_connections, **kwargs
+        )
     sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.nodes),
         sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
         **kwargs,
     )
-    master: redis.asyncio.Redis = sentinel.master_for(target.service, db=target.db)
+    master: redis.asyncio.Redis = sentinel.master_for(
+        target.service,
+        db=target.db,
+        connection_pool_class=_BlockingSentinelPool,
+        **_pool_kwargs(max_connections, pool_timeout),
+    )
     return master
 
 
@@ -279,30 +318,41 @@ def sync_client(
     socket_timeout: float | None,
     connect_timeout: float,
     retries: int = 0,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout: float | None = DEFAULT_POOL_TIMEOUT,
 ) -> SyncClient:
-    """A blocking client for ``target``, for the heartbeat thread and the CLI."""
+    """A blocking client for ``target``, for the heartbeat thread, the CLI and blocking
+    producers (several threads share it: the pool waits for a free connection as the
+    asyncio one does)."""
     if target.kind == "standalone":
-        return redis.Redis.from_url(
+        pool = redis.BlockingConnectionPool.from_url(
             target.url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             socket_keepalive=True,
             retry=_retry(retries, asynchronous=False),
+            **_pool_kwargs(max_connections, pool_timeout),
         )
+        return redis.Redis.from_pool(pool)
     kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries, asynchronous=False)
     if target.kind == "cluster":
         nodes = [
             redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call, unused-ignore]
             for h, p in target.nodes
         ]
-        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+        return redis.cluster.RedisCluster(
+            startup_nodes=nodes, max_connections=max_connections, **kwargs
+        )
     sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.nodes),
         sentinel_kwargs=_sentinel_auth(target, socket_timeout, connect_timeout),
         **kwargs,
     )
     master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
-        target.service, db=target.db
+        target.service,
+        db=target.db,
+        connection_pool_class=_BlockingSyncSentinelPool,
+        **_pool_kwargs(max_connections, pool_timeout),
     )
     return master
 

@@ -295,6 +295,10 @@ class AppSettings:
         dead_letter_maxlen: the approximate cap of each queue's dead-letter stream.
         socket_timeout: how long one command may wait for the server before it fails.
         connect_timeout: how long opening a connection may take.
+        max_connections: connections each client of the app keeps to a server (to each node
+            of a Cluster) at most (100). Calls made while all are in use wait for one.
+        pool_timeout: how long such a call waits for a free connection before it fails with
+            an error that says so (10 s).
         enqueue_replicas: when above zero, each enqueue waits until this many replicas
             acknowledged it (``WAIT``), so a failover cannot lose it.
         enqueue_replicas_timeout: how long such an enqueue waits for the replicas.
@@ -309,6 +313,8 @@ class AppSettings:
     dead_letter_maxlen: int = 10_000
     socket_timeout: float = 10.0
     connect_timeout: float = 5.0
+    max_connections: int = 100
+    pool_timeout: float = 10.0
     enqueue_replicas: int = 0
     enqueue_replicas_timeout: float = 1.0
     stats: bool = True
@@ -320,11 +326,13 @@ class AppSettings:
             "result_ttl",
             "socket_timeout",
             "connect_timeout",
+            "pool_timeout",
             "enqueue_replicas_timeout",
             "stats_window",
         ):
             object.__setattr__(self, key, seconds(getattr(self, key), key))
         _positive_int("dead_letter_maxlen", self.dead_letter_maxlen, 10)
+        _positive_int("max_connections", self.max_connections, 2)
         _positive_int("enqueue_replicas", self.enqueue_replicas, 0)
         if not isinstance(self.stats, bool):
             raise ConfigError(f"stats={self.stats!r}: expected True or False")

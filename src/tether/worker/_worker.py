@@ -170,6 +170,8 @@ class Worker:
             socket_timeout=app.settings.socket_timeout,
             connect_timeout=app.settings.connect_timeout,
             retries=0,
+            max_connections=app.settings.max_connections,
+            pool_timeout=app.settings.pool_timeout,
         )
         try:
             server = await self._connect()

@@ -47,6 +47,8 @@ _APP_OPTIONS = frozenset(
         "dead_letter_maxlen",
         "socket_timeout",
         "connect_timeout",
+        "max_connections",
+        "pool_timeout",
         "enqueue_replicas",
         "enqueue_replicas_timeout",
         "stats",

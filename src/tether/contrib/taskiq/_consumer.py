@@ -108,6 +108,8 @@ class Consumer:
             socket_timeout=core.settings.socket_timeout,
             connect_timeout=core.settings.connect_timeout,
             retries=0,
+            max_connections=core.settings.max_connections,
+            pool_timeout=core.settings.pool_timeout,
         )
         try:
             server = await self._connect()
