@@ -27,6 +27,9 @@ import redis
 
 from tether import ConfigError, TaskNotFound, Tether
 from tether._keys import KEYS_CACHED, QueueKeys, known_queues_key, queue_keys, registry_keys
+from tether._schedule import Schedule
+from tether.scheduler import Scheduler
+from tether.scheduler._control import SchedulerKeys
 from tether.web import create_app
 
 from .web_helpers import TOKEN, serving, valkey_url  # noqa: F401  (a fixture)
@@ -70,6 +73,17 @@ async def grown_by(step: Step, warm_up: int, measured: int) -> int:
         return tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
+
+
+def enqueued_ticks(rds: redis.Redis, namespace: str, schedule: str) -> list[int]:
+    """Tick times of the schedule's runs sitting in the default queue, in stream order."""
+    out = []
+    for stream in QueueKeys.of(namespace, "default").streams:
+        for _, fields in rds.xrange(stream):
+            opts = json.loads(fields[b"m"]).get("opts", {})
+            if opts.get("schedule") == schedule:
+                out.append(opts["tick"])
+    return out
 
 
 def made_up_id(queue_chars: int) -> str:
@@ -273,3 +287,119 @@ async def test_malformed_records_are_skipped_and_reported_never_a_500(
     overview = json.loads(info.stdout)
     assert overview["workers"] == 1 and [q["name"] for q in overview["queues"]] == ["default"]
     assert "Traceback" not in info.stderr and "skipped an unreadable worker record" in info.stderr
+
+
+def run_cli(url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``tether`` command, in a process of its own."""
+    env = {**os.environ, "TETHER_URL": url, "TETHER_NAMESPACE": namespace}
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
+PAST_9999_MS = 10**17
+"""A time in unix milliseconds past the year 9999: no datetime holds it."""
+
+
+def forge_bad_schedules(rds: redis.Redis, namespace: str) -> dict[str, str]:
+    """Runtime schedules whose tick markers no Tether writes, beside one whose marker is
+    good, and definitions, pauses, errors and a leader that are not text or not JSON.
+    Returns the good schedule's name -> its last task id."""
+    keys = SchedulerKeys.of(namespace)
+    queue = QueueKeys.of(namespace, "default")
+    now_ms = int(time.time() * 1000)
+    good_id = f"default:{'4' * 32}"
+    markers: dict[str, str | bytes] = {
+        "a-past-9999": f"{PAST_9999_MS}|default:{'5' * 32}",
+        "a-cron-past-9999": f"{PAST_9999_MS}|default:{'5' * 32}",
+        "a-not-utf8": b"\xff\xfe|default:" + b"6" * 32,
+        "a-bad-last-id": f"{now_ms}|not a task id",
+        "a-tick-in-words": "yesterday|" + good_id,
+        "good": f"{now_ms}|{good_id}",
+    }
+    for name, marker in markers.items():
+        spec = {"cron": "0 * * * *"} if "cron" in name else {"every": 60.0}
+        rds.hset(keys.definitions, name, Schedule(name=name, task="ops.tick", **spec).to_json())
+        rds.hset(queue.schedules, name, marker)
+    rds.hset(keys.definitions, b"\xff", b"{not json")  # a name that is not text
+    rds.hset(keys.definitions, "too-deep", b"[" * 100_000 + b"]" * 100_000)
+    rds.sadd(keys.paused, b"\xfe", "good")
+    rds.hset(keys.errors, b"\xfd", b"\xff")
+    rds.set(keys.leader, b"\xff\xfe")
+    return {"good": good_id}
+
+
+async def test_malformed_schedule_markers_are_skipped_and_reported_in_the_api_page_and_cli(
+    client: httpx.AsyncClient, rds: redis.Redis, namespace: str, url: str
+) -> None:
+    """A tick marker past the year 9999 (OverflowError), one that is not UTF-8
+    (UnicodeDecodeError) or one naming a malformed last task id (a 422) broke
+    /api/schedules, the /schedules page and `tether schedules`: now the marker is left out
+    (no last run), the rest of the schedule and the other schedules show as before."""
+    good = forge_bad_schedules(rds, namespace)
+    answer = await client.get("/api/schedules")
+    assert answer.status_code == 200, answer.text[:300]
+    items = {s["name"]: s for s in answer.json()["items"]}
+    assert set(items) == {n for n in ("a-past-9999", "a-cron-past-9999", "a-not-utf8",
+                                      "a-bad-last-id", "a-tick-in-words", "good")}  # fmt: skip
+    assert items["good"]["last_task_id"] == good["good"]
+    assert items["good"]["last_outcome"] == "expired" and items["good"]["paused"]
+    for name in ("a-past-9999", "a-cron-past-9999", "a-not-utf8", "a-bad-last-id"):
+        assert items[name]["last_run"] is None and items[name]["last_task_id"] is None, name
+        assert items[name]["next_run"] is not None, name
+    page = await client.get("/schedules")
+    assert page.status_code == 200 and "a-past-9999" in page.text, page.text[:300]
+    metrics = (await client.get("/metrics")).text
+    found = re.search(r'tether_unreadable_records_total{kind="schedule"} (\d+)', metrics)
+    assert "tether_up 1.0" in metrics and found and int(found.group(1)) > 0
+    shown = await asyncio.to_thread(run_cli, url, namespace, "schedules", "tests.apps.sched:app")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "Traceback" not in shown.stderr and "a-past-9999" in shown.stdout
+    listed = await asyncio.to_thread(
+        run_cli, url, namespace, "schedules", "tests.apps.sched:app", "--json"
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert {r["name"] for r in rows} >= {"beat", "good", "a-not-utf8", "too-deep"}
+    # A leader key that is not text set tether_up 0 and failed `tether info`.
+    info = await asyncio.to_thread(run_cli, url, namespace, "info", "--json")
+    assert info.returncode == 0 and "Traceback" not in info.stderr, info.stderr[-2000:]
+    assert json.loads(info.stdout)["scheduler_leader"] == "\ufffd\ufffd"
+
+
+async def test_the_scheduler_fires_the_other_schedules_beside_malformed_markers(
+    app: Tether, rds: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A marker past the year 9999 made the scheduler's pass fail after the schedule's
+    turn (the next tick of a time no datetime holds), so every schedule after it stopped
+    firing; each malformed marker is now that schedule's reported error, once."""
+
+    @app.periodic(every=60, name="z-good")
+    @app.periodic(cron="* * * * *", name="a-cron-past-9999")
+    @app.periodic(every=60, name="a-past-9999")
+    @app.periodic(every=60, name="a-not-utf8")
+    @app.periodic(every=60, name="a-no-separator")
+    @app.task
+    async def job() -> None: ...
+
+    keys = QueueKeys.of(app.namespace, "default")
+    rds.hset(keys.schedules, mapping={
+        "a-cron-past-9999": f"{PAST_9999_MS}|", "a-past-9999": f"{PAST_9999_MS}|",
+        "a-not-utf8": b"\xff\xfe|", "a-no-separator": "12",
+    })  # fmt: skip
+    scheduler = Scheduler(app, loop_interval=0.1, leader_ttl=5.0)
+    t0 = float(int(time.time() // 60 * 60))
+    with caplog.at_level(logging.ERROR):
+        for minute in range(3):
+            await scheduler.run_once(now=t0 + 1 + 60 * minute)
+    base = int(t0 * 1000)
+    assert enqueued_ticks(rds, app.namespace, "z-good") == [base + 60_000, base + 120_000]
+    assert "scheduler pass failed" not in caplog.text
+    infos = {i.schedule.name: i for i in await app.schedules.list()}
+    for name in ("a-cron-past-9999", "a-past-9999", "a-not-utf8"):
+        assert infos[name].error is not None and "marker" in infos[name].error, name
+        reports = [r for r in caplog.records if f"schedule {name}:" in r.getMessage()]
+        assert len(reports) == 1, name
+    assert infos["z-good"].error is None
+    await scheduler.resign()

@@ -8,7 +8,7 @@ from redis.exceptions import RedisError
 
 from .._faults import TRANSIENT_ERRORS, describe_error
 from .._redis import text
-from ..scheduler._control import SchedulerKeys
+from ..scheduler._control import SchedulerKeys, leader_text
 from ._models import Health, utc
 from ._replies import server_ms
 
@@ -52,6 +52,6 @@ async def health(core: Core) -> Health:
         version=version,
         mode=core.target.kind,
         namespace=core.namespace,
-        scheduler_leader=None if leader is None else text(leader),
+        scheduler_leader=leader_text(SchedulerKeys.of(core.namespace).leader, leader),
         time=utc(server_ms(now)),
     )

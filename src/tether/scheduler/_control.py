@@ -8,15 +8,17 @@ import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import _lifecycle
 from .._enqueue import Plan, enqueue
 from .._errors import ConfigError
-from .._keys import scheduler_tag
+from .._keys import queue_of_task_id, scheduler_tag
 from .._redis import text
 from .._schedule import Missed, Schedule
 from .._task import Task
+from .._unreadable import parsed, skip, text_or_none
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -67,6 +69,44 @@ class RuntimeSchedules:
     """name -> why its stored definition cannot be used (it is not run)"""
 
 
+MAX_TICK_MS = 253_402_300_799_999
+"""The last instant a datetime holds (9999-12-31T23:59:59.999Z): no tick marker is later."""
+
+
+def parse_marker(raw: bytes | str) -> tuple[int, str | None]:
+    """A schedule's tick marker, ``<tick ms>|<task id of its last run>`` (the id empty
+    after a tick that enqueued nothing), as (tick, task id or None). ValueError naming the
+    problem for anything else: the marker sits in Redis, where anything may have written
+    it, and the scheduler and every listing read it."""
+    marker = raw.decode() if isinstance(raw, bytes) else raw  # UnicodeDecodeError: ValueError
+    tick_text, sep, last_id = marker.partition("|")
+    if not sep or not (tick_text.isascii() and tick_text.isdigit()):
+        raise ValueError(f"{marker[:100]!r} is not <tick ms>|<task id>")
+    tick = int(tick_text[:20])
+    if len(tick_text) > 20 or tick > MAX_TICK_MS:
+        raise ValueError(f"tick {tick_text[:30]} ms is past the year 9999")
+    if last_id:
+        queue_of_task_id(last_id)  # ValueError for an id no Tether makes
+    return tick, last_id or None
+
+
+def leader_text(key: str, raw: bytes | None) -> str | None:
+    """The leader key's value as text. One that is not UTF-8 is reported and shown with
+    its bad bytes replaced, not as no leader: whatever it says, it holds the role (no
+    scheduler leads until it expires)."""
+    if raw is None:
+        return None
+    return text_or_none("schedule", key, raw) or raw.decode(errors="replace")
+
+
+def unreadable_marker(key: str, name: str, exc: BaseException) -> str:
+    """Why a schedule does not fire, as shown in ``tether schedules``: with the way out."""
+    return (
+        f"malformed tick marker in {key} ({exc}); Tether wrote no such marker: "
+        f"delete it (HDEL {key} {name}) and the schedule starts afresh, from its next tick"
+    )
+
+
 async def load_runtime(
     app: Core, keys: SchedulerKeys, client: AsyncClient | None = None
 ) -> RuntimeSchedules:
@@ -74,13 +114,18 @@ async def load_runtime(
     raw: Any = await client.hgetall(keys.definitions)
     schedules = []
     invalid: dict[str, str] = {}
-    for name, value in raw.items():
+    for raw_name, value in raw.items():
+        name = text_or_none("schedule", f"{keys.definitions} field", raw_name)
+        if name is None:
+            continue  # not a name any schedule has: nothing could run or show it
         try:
             schedules.append(Schedule.from_json(value))
-        except (ConfigError, ValueError, TypeError, KeyError) as exc:
-            invalid[text(name)] = f"invalid definition: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # any: RecursionError for JSON nested too deep, too
+            invalid[name] = f"invalid definition: {type(exc).__name__}: {str(exc)[:300]}"
+            skip("schedule", f"{keys.definitions} field {name[:100]!r}", exc)
     paused: Any = await client.smembers(keys.paused)
-    return RuntimeSchedules(schedules, {text(p) for p in paused}, invalid)
+    names = (text_or_none("schedule", f"{keys.paused} member", p) for p in paused)
+    return RuntimeSchedules(schedules, {n for n in names if n is not None}, invalid)
 
 
 class Schedules:
@@ -185,7 +230,7 @@ class Schedules:
     async def leader(self) -> str | None:
         """The instance that leads now (``host-pid:token``), or None."""
         raw: Any = await self.app.client.get(self.keys.leader)
-        return None if raw is None else text(raw)
+        return leader_text(self.keys.leader, raw)
 
     async def all(self) -> list[Schedule]:
         """Every schedule: those declared in code, then those added at runtime."""
@@ -228,7 +273,15 @@ class Schedules:
         declared = {s.name for s in self.app.declared_schedules}
         paused = (await load_runtime(self.app, self.keys)).paused
         raw_errors: Any = await self.app.client.hgetall(self.keys.errors)
-        errors = {text(k): text(v) for k, v in raw_errors.items()}
+        errors = {
+            k: v
+            for k, v in (
+                parsed("schedule", f"{self.keys.errors} field {k[:100]!r}", partial(_texts, k, v))
+                or (None, None)
+                for k, v in raw_errors.items()
+            )
+            if k is not None and v is not None
+        }
         client = self.app.client
         # The page's markers, then the outcomes of their last runs: each read is sent at
         # once, so a page costs two round trips however many schedules it holds.
@@ -236,16 +289,13 @@ class Schedules:
             *(client.hget(self.app.keys(s.queue).schedules, s.name) for s in schedules)
         )
         lasts: list[tuple[int | None, str | None]] = []
-        for raw in markers:
-            last_tick = last_id = None
-            if raw:
-                tick_text, _, last_id = text(raw).partition("|")
-                try:
-                    last_tick = int(tick_text)
-                except ValueError:  # a malformed marker: the scheduler reports it (`error`)
-                    last_tick = None
-                last_id = (last_id or None) if last_tick is not None else None
-            lasts.append((last_tick, last_id))
+        for schedule, raw in zip(schedules, markers, strict=True):
+            key = self.app.keys(schedule.queue).schedules
+            where = f"{key} field {schedule.name[:100]!r}"
+            # A malformed marker shows as no last run (the scheduler reports it as the
+            # schedule's error, with how to clear it).
+            read = parsed("schedule", where, partial(parse_marker, raw)) if raw else None
+            lasts.append(read or (None, None))
 
         async def outcome_of(task_id: str | None) -> str | None:
             if not task_id:
@@ -258,7 +308,13 @@ class Schedules:
         outcomes = await asyncio.gather(*(outcome_of(last_id) for _, last_id in lasts))
         out: builtins.list[ScheduleInfo] = []
         for schedule, (last_tick, last_id), outcome in zip(schedules, lasts, outcomes, strict=True):
-            next_ms = next(schedule.ticks_after(max(now_ms, last_tick or 0)))
+            # A definition written by hand may pass its checks and still have no next tick
+            # a datetime holds (an interval of a microsecond, a cron past the year 9999).
+            next_ms = parsed(
+                "schedule",
+                f"{self.keys.definitions} field {schedule.name[:100]!r}",
+                partial(_next_tick, schedule, max(now_ms, last_tick or 0)),
+            )
             out.append(
                 ScheduleInfo(
                     schedule=schedule,
@@ -286,6 +342,17 @@ class Schedules:
 
 def _dt(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _next_tick(schedule: Schedule, after_ms: int) -> int:
+    """The schedule's next tick after ``after_ms``, checked to be a time a datetime holds."""
+    tick = next(schedule.ticks_after(after_ms))
+    _dt(tick)
+    return tick
+
+
+def _texts(field: Any, reply: Any) -> tuple[str, str]:
+    return text(field), text(reply)
 
 
 def describe(info: ScheduleInfo) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from .._envelope import Envelope
 from .._faults import Fault, classify, describe_error
 from .._redis import text
 from .._settings import PRIORITIES
-from ._control import SchedulerKeys, load_runtime
+from ._control import SchedulerKeys, load_runtime, parse_marker, unreadable_marker
 
 if TYPE_CHECKING:
     from .._core import Core
@@ -184,6 +184,11 @@ class Scheduler:
                 if schedule.name not in self._markers:
                     self._markers[schedule.name] = await self._read_marker(schedule)
                 await self._handle(schedule, now_ms)
+                marker = self._markers.get(schedule.name)
+                if marker is not None:
+                    # Inside the try: a tick no datetime holds is this schedule's problem,
+                    # not a failed pass that stops every schedule after it.
+                    self._next[schedule.name] = next(schedule.ticks_after(max(marker, now_ms)))
             except Exception as exc:
                 if classify(exc) in _SERVER_FAULTS:
                     raise  # the server, not the schedule: the pass is retried as a whole
@@ -196,9 +201,6 @@ class Scheduler:
                 del self._reported[schedule.name]
                 await self.client.hdel(self.keys.errors, schedule.name)
                 log.info("schedule %s works again", schedule.name)
-            marker = self._markers.get(schedule.name)
-            if marker is not None:
-                self._next[schedule.name] = next(schedule.ticks_after(max(marker, now_ms)))
 
     async def _report(self, name: str, reason: str, exc: BaseException | None = None) -> None:
         if self._reported.get(name) == reason:
@@ -209,10 +211,17 @@ class Scheduler:
         await self.client.hset(self.keys.errors, name, reason[:1000])
 
     async def _read_marker(self, schedule: Schedule) -> int | None:
-        raw = await self.client.hget(self.app.keys(schedule.queue).schedules, schedule.name)
+        """The last tick handled. A marker no Tether writes (a time past the year 9999, not
+        UTF-8, no tick) raises: the schedule is reported and waits, rather than firing
+        from a made-up time or never again without a word, and the others fire on."""
+        key = self.app.keys(schedule.queue).schedules
+        raw = await self.client.hget(key, schedule.name)
         if raw is None:
             return None
-        return int(text(raw).split("|", 1)[0])
+        try:
+            return parse_marker(raw)[0]
+        except ValueError as exc:
+            raise ValueError(unreadable_marker(key, schedule.name, exc)) from None
 
     async def _handle(self, schedule: Schedule, now_ms: int) -> None:
         marker = self._markers.get(schedule.name)
