@@ -403,3 +403,71 @@ async def test_the_scheduler_fires_the_other_schedules_beside_malformed_markers(
         assert len(reports) == 1, name
     assert infos["z-good"].error is None
     await scheduler.resign()
+
+
+def forge_bad_dead_letters(rds: redis.Redis, namespace: str) -> dict[str, str]:
+    """Dead letters no Tether writes, after one that is good: fields missing, not UTF-8,
+    times past the year 9999 or in words, counts in words, payloads and errors that are not
+    JSON or not what an error holds. Returns a name for each -> its entry id."""
+    dead = QueueKeys.of(namespace, "default").dead
+    good_id = f"default:{'7' * 32}"
+    letters: dict[str, dict[Any, Any]] = {
+        "good": {"id": good_id, "m": json.dumps({"task": "ops.x"}), "status": "failed",
+                 "reason": "boom", "at": int(time.time() * 1000), "deliveries": 1,
+                 "queue_stream": QueueKeys.of(namespace, "default").stream("normal")},
+        "empty": {"x": "1"},
+        "not-utf8": {"id": b"\xff", "m": b"\xff", "status": b"\xfe", "reason": b"\xff",
+                     "queue_stream": b"\xff", "error": b"\xff"},
+        "past-9999": {"id": good_id, "at": "9" * 30, "deliveries": "many", "m": b"{not json"},
+        "time-in-words": {"id": good_id, "at": "yesterday", "deliveries": b"\xff"},
+        "odd-error": {"id": good_id, "error": json.dumps(
+            {"type": 5, "message": ["a"], "traceback": {"x": 1}})},
+        "too-deep": {"id": good_id, "m": b"[" * 100_000 + b"]" * 100_000,
+                     "error": b"[" * 100_000 + b"]" * 100_000},
+    }  # fmt: skip
+    return {name: rds.xadd(dead, fields).decode() for name, fields in letters.items()}
+
+
+async def test_malformed_dead_letters_show_their_unreadable_fields_never_a_500(
+    app: Tether, client: httpx.AsyncClient, rds: redis.Redis, namespace: str, url: str
+) -> None:
+    """A dead letter with a task id or status that is not UTF-8, a time past the year 9999
+    or in words, or deliveries in words failed the whole listing: the API and the pages
+    answered 500, `tether dead list` and `show` printed a traceback. Each letter is listed
+    (it can still be purged), its unreadable fields shown as such and reported."""
+    entries = forge_bad_dead_letters(rds, namespace)
+    base = "/api/queues/default/dead"
+    listed = await client.get(base, params={"limit": 50})
+    assert listed.status_code == 200, listed.text[:300]
+    items = {d["entry_id"]: d for d in listed.json()["items"]}
+    assert set(items) == set(entries.values())
+    good = items[entries["good"]]
+    assert good["task"] == "ops.x" and good["deliveries"] == 1 and good["at"] is not None
+    assert items[entries["past-9999"]]["at"] is None
+    assert items[entries["time-in-words"]]["deliveries"] == 0
+    assert items[entries["not-utf8"]]["task_id"] == "\ufffd"
+    failed = {}
+    for name, entry_id in entries.items():
+        for path in (f"{base}/{entry_id}", f"/queues/default/dead/{entry_id}"):
+            answer = await client.get(path)
+            if answer.status_code != 200:
+                failed[name, path] = answer.status_code
+    page = await client.get("/queues/default/dead")
+    assert not failed and page.status_code == 200, (failed, page.status_code)
+    metrics = (await client.get("/metrics")).text
+    found = re.search(r'tether_unreadable_records_total{kind="dead"} (\d+)', metrics)
+    assert found and int(found.group(1)) > 0
+    letters = app.dead_letters("default")
+    assert len(await letters.list()) == len(entries)
+    assert len(await letters.find(f"default:{'7' * 32}")) == 5
+    retried = await letters.retry_matching(limit=100)
+    assert set(retried.failed) == set(entries.values())  # none has a payload to run
+    shown = await asyncio.to_thread(run_cli, url, namespace, "dead", "list")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr[-2000:]
+    as_json = await asyncio.to_thread(run_cli, url, namespace, "dead", "list", "--json")
+    assert as_json.returncode == 0, as_json.stderr[-2000:]
+    assert len(as_json.stdout.splitlines()) == len(entries)
+    for name in ("not-utf8", "past-9999", "odd-error"):
+        one = await asyncio.to_thread(run_cli, url, namespace, "dead", "show", entries[name])
+        assert one.returncode == 0 and "Traceback" not in one.stderr, (name, one.stderr[-2000:])
+    assert await letters.purge(list(entries.values())) == len(entries)

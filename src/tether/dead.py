@@ -26,6 +26,7 @@ from ._errors import ConfigError, TaskNotFound, TetherError
 from ._handle import TaskHandle
 from ._keys import queue_of_task_id
 from ._redis import text
+from ._unreadable import parsed, skip
 from .admin._models import Page
 from .scripts import Call, dead_retry
 
@@ -386,26 +387,84 @@ class DeadLetters:
         return ""
 
     def _parse(self, entry_id: Any, fields: dict[bytes, bytes]) -> DeadLetter:
-        payload = fields.get(b"m", b"")
-        task = self._task_of(fields)
-        error: dict[str, Any] = {}
-        raw_error = fields.get(b"error")
-        if raw_error:
-            try:
-                loaded = self.app.serializer.loads(raw_error)
-                error = loaded if isinstance(loaded, dict) else {"message": str(loaded)}
-            except Exception:
-                error = {"message": raw_error.decode(errors="replace")}
-        at_ms = fields.get(b"at")
+        """One entry, whatever its fields hold. An entry stays listed even when some of its
+        fields cannot be read (it can still be shown and purged): such a field reads as
+        empty, or with its bad bytes replaced, and is reported (kind ``dead``)."""
+        letter = _Fields(f"{self.keys.dead} entry {text(entry_id)}", fields)
         return DeadLetter(
             entry_id=text(entry_id),
-            task_id=fields.get(b"id", b"").decode(),
-            task=task,
-            status=fields.get(b"status", b"dead").decode(),
-            reason=fields.get(b"reason", b"").decode(errors="replace"),
-            error=error,
-            payload=payload,
-            at=datetime.fromtimestamp(int(at_ms) / 1000, tz=timezone.utc) if at_ms else None,
-            deliveries=int(fields.get(b"deliveries", b"0")),
-            stream=fields.get(b"queue_stream", b"").decode(),
+            task_id=letter.text(b"id"),
+            task=self._task_of(fields),
+            status=letter.text(b"status") or "dead",
+            reason=letter.text(b"reason"),
+            error=letter.error(self.app.serializer.loads),
+            payload=fields.get(b"m", b""),
+            at=letter.time(b"at"),
+            deliveries=letter.count(b"deliveries"),
+            stream=letter.text(b"queue_stream"),
         )
+
+
+_ERROR_TEXTS = ("type", "message", "traceback")
+"""The fields of a letter's error the pages and the CLI print as text."""
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The fields of one dead-letter entry, each read as Tether writes it or reported."""
+
+    where: str
+    fields: dict[bytes, bytes]
+
+    def text(self, name: bytes) -> str:
+        """A text field; its bad bytes replaced (and reported) when it is not UTF-8."""
+        raw = self.fields.get(name, b"")
+        found = parsed("dead", f"{self.where} field {name.decode()}", raw.decode)
+        return found if found is not None else raw.decode(errors="replace")
+
+    def count(self, name: bytes) -> int:
+        """A whole number; 0 (reported) for anything else."""
+        raw = self.fields.get(name)
+        if raw is None:
+            return 0
+        found = parsed("dead", f"{self.where} field {name.decode()}", lambda: _whole(raw))
+        return found or 0
+
+    def time(self, name: bytes) -> datetime | None:
+        """Unix milliseconds as a time; None (reported) for one no datetime holds."""
+        raw = self.fields.get(name)
+        if not raw:
+            return None
+        return parsed(
+            "dead",
+            f"{self.where} field {name.decode()}",
+            lambda: datetime.fromtimestamp(_whole(raw) / 1000, tz=timezone.utc),
+        )
+
+    def error(self, loads: Any) -> dict[str, Any]:
+        """The error of the last attempt: an object whose type, message and traceback are
+        text. Anything else is reported and shown as the message (what a person can read
+        of it), so the pages and the CLI print it without a special case."""
+        raw = self.fields.get(b"error")
+        if not raw:
+            return {}
+        where = f"{self.where} field error"
+        loaded = parsed("dead", where, lambda: loads(raw))
+        if loaded is None:
+            return {"message": raw.decode(errors="replace")}
+        if not isinstance(loaded, dict):
+            skip("dead", where, f"a {type(loaded).__name__}, not an object")
+            return {"message": str(loaded)[:10_000]}
+        error = {str(k): v for k, v in loaded.items()}
+        for key in _ERROR_TEXTS:
+            if key in error and not isinstance(error[key], str):
+                skip("dead", f"{where} {key}", f"{error[key]!r:.100} is not text")
+                error[key] = repr(error[key])[:10_000]
+        return error
+
+
+def _whole(raw: bytes) -> int:
+    """ASCII digits (a sign allowed) as an int; ValueError for anything else."""
+    if not raw.isascii() or len(raw) > 20:
+        raise ValueError(f"{raw[:40]!r} is not a whole number Tether writes")
+    return int(raw)
