@@ -27,6 +27,7 @@ import redis
 
 from tether import ConfigError, TaskNotFound, Tether
 from tether._keys import KEYS_CACHED, QueueKeys, known_queues_key, queue_keys, registry_keys
+from tether._limits import overrides_key
 from tether._schedule import Schedule
 from tether.scheduler import Scheduler
 from tether.scheduler._control import SchedulerKeys
@@ -471,3 +472,54 @@ async def test_malformed_dead_letters_show_their_unreadable_fields_never_a_500(
         one = await asyncio.to_thread(run_cli, url, namespace, "dead", "show", entries[name])
         assert one.returncode == 0 and "Traceback" not in one.stderr, (name, one.stderr[-2000:])
     assert await letters.purge(list(entries.values())) == len(entries)
+
+
+def forge_bad_limits(rds: redis.Redis, namespace: str) -> None:
+    """Runtime limit overrides no Tether writes, beside a good one, and statistics of held
+    tasks that are not text or not numbers."""
+    keys = QueueKeys.of(namespace, "default")
+    rds.zadd(known_queues_key(namespace), {"default": 0})
+    rds.hset(overrides_key(keys.tag), mapping={
+        "good": json.dumps({"c": 3, "gen": 1}),
+        b"\xff": json.dumps({"c": 3}),  # a task name that is not text
+        "too-deep": b"[" * 100_000 + b"]" * 100_000,
+        "infinite-rate": '{"rc": Infinity, "rp": 1000}',  # Python's json reads Infinity
+        "nan": '{"c": NaN}',
+        "huge-generation": '{"c": 2, "gen": 1e999}',
+        "infinite-period": '{"rc": 5, "rp": 1e999}',
+        "negative": '{"c": -5}',
+        "words": '{"c": "three"}',
+        "not-json": b"\xff{",
+    })  # fmt: skip
+    minute = keys.stats_minute(int(time.time() // 60))
+    rds.hset(minute, mapping={"ops.x|held_rate": 4, "ops.x|held_concurrency": "many",
+                              b"\xff|held_rate": 1})  # fmt: skip
+
+
+async def test_malformed_limit_records_are_skipped_and_reported_never_a_500(
+    app: Tether, client: httpx.AsyncClient, rds: redis.Redis, namespace: str
+) -> None:
+    """One runtime override that is not a number Tether writes (an infinity, NaN, JSON
+    nested too deep), or a task name that is not text, failed every limits listing
+    (OverflowError, ValueError, RecursionError, UnicodeDecodeError: a 500); one held-tasks
+    count in words failed the held counts. Each is left out and reported."""
+    forge_bad_limits(rds, namespace)
+    answer = await client.get("/api/queues/default/limits")
+    assert answer.status_code == 200, answer.text[:300]
+    listed = {i["task"]: i for i in answer.json()["items"]}
+    assert listed["good"]["effective"]["concurrency_limit"] == 3
+    assert listed["good"]["generation"] == 1
+    for name in ("too-deep", "infinite-rate", "nan", "huge-generation", "infinite-period",
+                 "negative", "words", "not-json"):  # fmt: skip
+        assert name not in listed, name
+        one = await client.get(f"/api/queues/default/limits/{name}")
+        assert one.status_code == 200, (name, one.text[:300])
+        assert one.json()["override"] is None, name
+    held = await client.get("/api/queues/default/held")
+    assert held.status_code == 200, held.text[:300]
+    (counts,) = held.json()["items"]
+    assert counts["task"] == "ops.x" and counts["rate"] == 4 and counts["concurrency"] == 0
+    metrics = (await client.get("/metrics")).text
+    found = re.search(r'tether_unreadable_records_total{kind="limit"} (\d+)', metrics)
+    assert found and int(found.group(1)) > 0
+    assert [i.task for i in await app.limits.list()] == ["good"]

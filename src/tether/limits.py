@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from ._errors import ConfigError
@@ -31,13 +33,13 @@ from ._limits import (
     TaskLimits,
     check_limit,
     check_limit_key,
-    decode_override,
     merge,
     overrides_key,
     parse_rate,
 )
 from ._redis import text
 from ._settings import check_name
+from ._unreadable import parsed, text_or_none
 from .scripts import _limits as calls
 
 if TYPE_CHECKING:
@@ -176,8 +178,42 @@ def readable(override: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+_COUNTS = frozenset({"rc", "rb", "c", "krc", "krb", "kc", "gen"})
+"""Override fields that hold a whole number (the others are periods in milliseconds)."""
+_LARGEST = float(2**53)
+"""Past this a number is no limit Tether writes (nor one a float holds exactly)."""
+
+
+def _override(where: str, raw: bytes | str) -> dict[str, Any] | None:
+    """The override stored at ``where``, or None (reported) when it is not one Tether
+    writes: what the readers make of it (limits, rates, their text) must not overflow or
+    fail on an infinity, a NaN or a count in words, which Python's JSON reader accepts."""
+    return parsed("limit", where, partial(_checked_override, raw))
+
+
+def _checked_override(raw: bytes | str) -> dict[str, Any]:
+    value = json.loads(raw)  # any error: reported by the caller (RecursionError too)
+    if not isinstance(value, dict):
+        raise ValueError(f"a {type(value).__name__}, not an object")
+    for name in (*WIRE_FIELDS, "gen"):
+        number = value.get(name)
+        if number is None:
+            continue
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ValueError(f"{name}={number!r:.50} is not a number")
+        if not (math.isfinite(number) and 0 <= number <= _LARGEST):
+            raise ValueError(f"{name}={number!r} is not a limit (0 to 2**53)")
+        if name in _COUNTS and number != int(number):
+            raise ValueError(f"{name}={number!r} is not a whole number")
+    return value
+
+
 class Limits:
-    """``app.limits``: read and change flow-control limits at runtime."""
+    """``app.limits``: read and change flow-control limits at runtime.
+
+    An override in Redis that no Tether writes (not JSON, an infinity, a count in words, a
+    task name that is not text) reads as no override: it is left out of the listings and
+    reported (``tether_unreadable_records_total{kind="limit"}``), never an error."""
 
     def __init__(self, app: Core) -> None:
         self.app = app
@@ -188,15 +224,23 @@ class Limits:
         """A task's declared, overridden and effective limits on ``queue`` (default: the
         task's declared queue, else 'default'), with what waits for them now."""
         name, keys = self._where(task, queue)
-        raw = await self.app.client.hget(overrides_key(keys.tag), name)
-        return await self._info(name, keys, decode_override(raw))
+        key = overrides_key(keys.tag)
+        raw = await self.app.client.hget(key, name)
+        override = None if raw is None else _override(f"{key} field {name[:100]!r}", raw)
+        return await self._info(name, keys, override)
 
     async def list(self, queue: str = "default") -> list[LimitInfo]:
         """Every task with limits on ``queue``: declared by this app's tasks of that queue,
         or set at runtime there. Sorted by task name."""
         keys = self.app.keys(check_name("queue", queue))
-        raw: Any = await self.app.client.hgetall(overrides_key(keys.tag))
-        overrides = {text(k): decode_override(v) for k, v in raw.items()}
+        key = overrides_key(keys.tag)
+        raw: Any = await self.app.client.hgetall(key)
+        overrides: dict[str, dict[str, Any]] = {}
+        for field, value in raw.items():
+            name = text_or_none("limit", f"{key} field", field)
+            found = None if name is None else _override(f"{key} field {name[:100]!r}", value)
+            if name is not None and found is not None:
+                overrides[name] = found
         names = {
             name
             for name, t in self.app.tasks.items()
@@ -242,12 +286,16 @@ class Limits:
         for bucket in buckets:
             pipe.hgetall(bucket)
         sums: dict[str, dict[str, int]] = {}
-        for fields in await pipe.execute():
+        for bucket, fields in zip(buckets, await pipe.execute(), strict=True):
             for field, amount in fields.items():
-                task, counter = split_field(text(field))
+                where = f"{bucket} field {field[:100]!r}"
+                read = parsed("statistics", where, partial(_held_field, field, amount))
+                if read is None:
+                    continue
+                task, counter, count = read
                 if task and (counter in HELD or counter == BACKPRESSURE):
                     per_task = sums.setdefault(task, {})
-                    per_task[counter] = per_task.get(counter, 0) + int(amount)
+                    per_task[counter] = per_task.get(counter, 0) + count
         return [
             HeldCounts(
                 queue,
@@ -363,3 +411,9 @@ class Limits:
             waiting_for_slot=int(parked),
             keys_waiting=int(keys_waiting),
         )
+
+
+def _held_field(field: bytes, amount: bytes) -> tuple[str, str, int]:
+    """A statistics field as (task, counter, count); raises for one no worker writes."""
+    task, counter = split_field(text(field))
+    return task, counter, int(amount)
