@@ -53,8 +53,8 @@ Each entry is decided first and changed after:
    a task that waited for its token finds its slot, so it is never parked after it took a
    token. The tasks waiting for tokens therefore count against the concurrency limits: a
    busy key cannot reserve the rate's start times for tasks its own slots would park.
-3. Admitted: it takes its slots (holder = this lease instance) and counts in the meter. 'a', the
-   concurrency scopes held ('c', 'C').
+3. Admitted: it takes its slots (holder = this lease instance) and counts in the meter.
+   'a', the concurrency scopes held ('c', 'C').
 Holding an entry back first checks that this consumer still owns it ('x' if not: nothing
 touched) and that a task id it carries is bound to it (a forged or copied entry is admitted
 with no limit state: settle dead-letters it). A plain task held back without its payload

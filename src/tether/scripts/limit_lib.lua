@@ -130,8 +130,8 @@ local function unpark(tid, score)
 end
 
 -- Whether a slot holder is an earlier incarnation of the worker name in me ('<consumer>
--- <instance>'): the same name, another instance (or a record from before instances, the name
--- alone). Only a worker holding the name's lease asks, so that incarnation is gone.
+-- <instance>'): the same name, another instance (or a record from before instances: the
+-- name alone). Only a worker holding the name's lease asks, so that incarnation is gone.
 local function replaced(holder, me)
   if holder == me or holder == '' then return false end
   local name = string.match(me, '^(%S+)')

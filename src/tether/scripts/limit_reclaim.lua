@@ -1,6 +1,6 @@
 --[[ limit_reclaim: take back the concurrency slots of workers that died, and the slots held
-for tasks no worker runs that are gone (cancelled before a worker started them). No lock: each slot
-is re-checked here, atomically, so any number of workers may run this at once.
+for tasks no worker runs that are gone (cancelled before a worker started them). No lock:
+each slot is re-checked here, atomically, so any number of workers may run this at once.
 
 A slot is held by a lease instance ('<consumer> <instance>', see limit_lib), not by a name:
 a worker restarted under the same name finds its lease held (by itself) but the slots of
