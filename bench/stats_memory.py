@@ -47,7 +47,7 @@ def one_day(client: redis.Redis, namespace: str, names: int) -> int:
         write = writer.write(keys, observations)
         assert write is not None
         pipe = client.pipeline(transaction=False)
-        for field, amount in write.increments:
+        for field, amount in write.totals.items():
             pipe.hincrby(keys.stats_minute(minute), field, amount)
             pipe.hincrby(keys.stats_hour(minute // 60), field, amount)
         pipe.execute()

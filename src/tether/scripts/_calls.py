@@ -166,7 +166,22 @@ class StatsWrite(NamedTuple):
     hour_key: str
     minute_ttl_ms: int
     hour_ttl_ms: int
-    increments: Sequence[tuple[str, int]]
+    signatures: Sequence[Sequence[str]]
+    """The distinct sets of fields the batch's entries add one to (few: a task, its outcome
+    and the buckets of its times)."""
+    per_entry: Sequence[int]
+    """For each entry of the call, in order: 1 + the index of its signature, 0 for none. The
+    script counts an entry only if it settles it, so an outcome the fenced ack discards (a
+    lost lease) or one already settled (a call sent again) is never counted."""
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Each field's increment were every entry settled."""
+        out: dict[str, int] = {}
+        for sig in self.per_entry:
+            for field in self.signatures[sig - 1] if sig else ():
+                out[field] = out.get(field, 0) + 1
+        return out
 
 
 EntryKey = tuple[int, bytes]
@@ -216,15 +231,18 @@ def settle(
         stats.minute_key if stats else keys.dead, stats.hour_key if stats else keys.dead,
     ]  # fmt: skip
     args: list[Arg] = [GROUP, consumer, dead_cap]
-    if stats is None or not stats.increments:
+    per_entry: Sequence[int] = ()
+    if stats is None or not stats.signatures:
         args += (0, 0, 0)
     else:
-        args += (stats.minute_ttl_ms, stats.hour_ttl_ms, len(stats.increments))
-        for field, amount in stats.increments:
-            args += (field, amount)
-    for sidx, entry_id, o in entries:
+        args += (stats.minute_ttl_ms, stats.hour_ttl_ms, len(stats.signatures))
+        for fields in stats.signatures:
+            args += (len(fields), *fields)
+        per_entry = stats.per_entry
+    for i, (sidx, entry_id, o) in enumerate(entries):
+        sig = per_entry[i] if per_entry else 0
         if o.op == "o":  # the hot path: a success with nothing to record
-            args += ("o", sidx, entry_id)
+            args += ("o", sidx, entry_id, sig)
             continue
         result_k = done_k = dedup_k = 0
         if o.result_key is not None:
@@ -243,7 +261,7 @@ def settle(
             detail, extra = o.reason, o.error
         args += (
             o.op, sidx, entry_id, o.task_id, "1" if o.bound else "0", result_k, done_k, dedup_k,
-            o.record, o.ttl_ms, detail, extra, o.dedup_hold_ms,
+            o.record, o.ttl_ms, detail, extra, o.dedup_hold_ms, sig,
         )  # fmt: skip
     return Call(SETTLE, script_keys, args, _parse_settle)
 

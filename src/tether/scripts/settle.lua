@@ -19,12 +19,14 @@ ARGV[1]     group
 ARGV[2]     consumer
 ARGV[3]     dead-letter stream cap (approximate MAXLEN)
 ARGV[4]     ttl ms of the minute hash     ARGV[5]  ttl ms of the hour hash (0: it has one)
-ARGV[6]     s, the number of statistics increments; then s pairs: field, amount. They are
-            the whole batch's, summed by the worker, and applied to both hashes only if
-            this call settles at least one entry (so a call sent again after a lost reply
-            does not count twice).
-then the entries. A bare success (nothing to record, no index entry) takes 3 values:
-  'o', stream index, entry id. Every other entry takes 13:
+ARGV[6]     s, the number of statistics signatures; then each: n, then n fields (a
+            signature is the set of fields one finished attempt adds one to: its task and
+            outcome, the buckets of its run and wait times). Each entry names its
+            signature, and only the entries this call settles are counted: an outcome the
+            fenced ack discards (a lost lease) or one settled by an earlier send of this
+            very call (a lost reply) never is.
+then the entries. A bare success (nothing to record, no index entry) takes 4 values:
+  'o', stream index, entry id, signature (1-based, 0 none). Every other entry takes 14:
   1 op: 'ok' | 'retry' | 'fail' | 'dead' | 'cancel'
   2 stream index   3 entry id   4 task id ('' when the payload could not be decoded)
   5 '1' when the task id came in the payload: it must be indexed to this very entry,
@@ -34,6 +36,7 @@ then the entries. A bare success (nothing to record, no index entry) takes 3 val
   11 retry: delay ms; fail/dead: the reason
   12 retry: the next attempt's payload; fail/dead: the error (type, message, traceback)
   13 dedup hold ms after the outcome (0 = release the key now)
+  14 signature (1-based, 0 none)
 
 Returns {taken, gone, settled, forged}: taken is flat (entry, its owner now) for entries
 another consumer owns, gone lists entries no longer pending, settled counts the entries
@@ -52,20 +55,29 @@ local function clock()
   end
   return now
 end
-local nstats = tonumber(ARGV[6])
-local b = 7 + 2 * nstats
+local sigs, counts, counted = {}, {}, false
+local b = 7
+for s = 1, tonumber(ARGV[6]) do
+  local n = tonumber(ARGV[b])
+  local fields = {}
+  for j = 1, n do fields[j] = ARGV[b + j] end
+  sigs[s] = fields
+  b = b + n + 1
+end
 while b <= #ARGV do
   local op, sidx, eid = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
   local tid, bound, result_k, done_k, dedup_k, record, ttl, hold = '', '0', 0, 0, 0, '', 0, 0
-  local detail, extra = '', ''
+  local detail, extra, sig = '', '', 0
   if op == 'o' then
-    b = b + 3
+    sig = tonumber(ARGV[b + 3])
+    b = b + 4
   else
     tid, bound = ARGV[b + 3], ARGV[b + 4]
     result_k, done_k, dedup_k = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
     record, ttl = ARGV[b + 8], ARGV[b + 9]
     detail, extra, hold = ARGV[b + 10], ARGV[b + 11], tonumber(ARGV[b + 12])
-    b = b + 13
+    sig = tonumber(ARGV[b + 13])
+    b = b + 14
   end
   local stream = KEYS[sidx]
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
@@ -76,6 +88,10 @@ while b <= #ARGV do
     taken[#taken + 1] = p[1][2]
   else
     settled = settled + 1
+    if sig > 0 then
+      for _, field in ipairs(sigs[sig]) do counts[field] = (counts[field] or 0) + 1 end
+      counted = true
+    end
     if bound == '1' and redis.call('HGET', KEYS[4], tid) ~= sidx .. eid then
       local why = 'its task id ' .. tid .. ' belongs to another entry (a forged or copied ' ..
                   'entry), so it may not write that task\'s records'
@@ -134,10 +150,10 @@ while b <= #ARGV do
     end
   end
 end
-if settled > 0 and nstats > 0 then
-  for i = 7, 6 + 2 * nstats, 2 do
-    redis.call('HINCRBY', KEYS[8], ARGV[i], ARGV[i + 1])
-    redis.call('HINCRBY', KEYS[9], ARGV[i], ARGV[i + 1])
+if counted then
+  for field, n in pairs(counts) do
+    redis.call('HINCRBY', KEYS[8], field, n)
+    redis.call('HINCRBY', KEYS[9], field, n)
   end
   if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[8], ARGV[4]) end
   if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[9], ARGV[5]) end

@@ -169,9 +169,11 @@ class Settler:
         """One settle call. True when done (settled, or nothing left to settle)."""
         entries = [(d.sidx, d.entry_id, o) for d, o in chunk.items]
         stats = observed = None
-        if self._stats is not None:
-            observed = [ob for ob in (observation(d, o) for d, o in chunk.items) if ob is not None]
-            stats = self._stats.write(chunk.queue.keys, observed)
+        if self._stats is not None or self._metrics is not None:
+            each = [observation(d, o) for d, o in chunk.items]
+            observed = [ob for ob in each if ob is not None]
+            if self._stats is not None:
+                stats = self._stats.write(chunk.queue.keys, each)
         call = scripts.settle(chunk.queue.keys, self._consumer, self._dead_cap, entries, stats)
         try:
             held = [d for d, _ in chunk.items if d.hold is not None]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -51,21 +50,22 @@ class StatsKeys:
         self.ttl_ms = int(window_s * 1000) + 3_600_000
         self._expiring: set[str] = set()
 
-    def write(self, keys: QueueKeys, observations: list[Observation]) -> StatsWrite | None:
-        """The increments of a batch, summed per field, for this minute's and hour's hashes."""
-        if not observations:
-            return None
-        counts: Counter[str] = Counter()
+    def write(
+        self, keys: QueueKeys, observations: Sequence[Observation | None]
+    ) -> StatsWrite | None:
+        """What each entry of a settle call adds (``observations`` in the call's order,
+        None for an entry that never ran), for this minute's and hour's hashes. The script
+        counts an entry only if it settles it."""
+        signatures: dict[tuple[str, ...], int] = {}
+        per_entry: list[int] = []
         for o in observations:
-            task = o.task
-            counts[f"{task}|{o.outcome}"] += 1
-            if o.timed_out:
-                counts[f"{task}|timeout"] += 1
-            if o.pushed_back:
-                counts[f"{task}|held_backpressure"] += 1
-            counts[f"{task}|r{bucket(o.run_ms)}"] += 1
-            if o.wait_ms is not None:
-                counts[f"{task}|w{bucket(o.wait_ms)}"] += 1
+            if o is None:
+                per_entry.append(0)
+                continue
+            fields = _fields(o)
+            per_entry.append(signatures.setdefault(fields, len(signatures) + 1))
+        if not signatures:
+            return None
         now = time.time()
         minute, hour = keys.stats_minute(int(now // 60)), keys.stats_hour(int(now // 3600))
         return StatsWrite(
@@ -73,7 +73,8 @@ class StatsKeys:
             hour,
             0 if minute in self._expiring else self.ttl_ms,
             0 if hour in self._expiring else self.ttl_ms,
-            sorted(counts.items()),
+            list(signatures),
+            per_entry,
         )
 
     def written(self, stats: StatsWrite) -> None:
@@ -81,3 +82,16 @@ class StatsKeys:
         if len(self._expiring) > 1000:  # old minutes and hours: forget them
             self._expiring.clear()
         self._expiring.update((stats.minute_key, stats.hour_key))
+
+
+def _fields(o: Observation) -> tuple[str, ...]:
+    """The statistics fields one finished attempt adds one to."""
+    task = o.task
+    fields = [f"{task}|{o.outcome}", f"{task}|r{bucket(o.run_ms)}"]
+    if o.wait_ms is not None:
+        fields.append(f"{task}|w{bucket(o.wait_ms)}")
+    if o.timed_out:
+        fields.append(f"{task}|timeout")
+    if o.pushed_back:
+        fields.append(f"{task}|held_backpressure")
+    return tuple(fields)
