@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import pytest
@@ -108,6 +109,55 @@ async def test_eviction_policy_warning(
         async with app, running_worker(app):
             pass
         assert "maxmemory-policy is 'allkeys-lru', not 'noeviction'" in caplog.text
+    finally:
+        proc.cleanup()
+
+
+async def test_evicted_streams_are_named_as_eviction_in_the_log_and_by_tether_check(
+    server: object, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under an evicting policy a full server drops Tether's streams, and the tasks in them,
+    silently: the worker blamed "server restarted empty?". It names the eviction (with the
+    server's count of evicted keys), and ``tether check`` warns about the policy."""
+    import redis.asyncio
+    from click.testing import CliRunner
+
+    from tether.cli import main
+
+    from .helpers import ServerInfo
+
+    assert isinstance(server, ServerInfo)
+    proc = start_server(server.kind, ["--maxmemory-policy", "allkeys-lru"])
+    done: list[int] = []
+    try:
+        app = Tether(proc.url, namespace=namespace)
+
+        @app.task
+        async def job(i: int) -> None:
+            done.append(i)
+
+        caplog.set_level(logging.INFO, "tether")
+        admin = redis.asyncio.Redis.from_url(proc.url)
+        async with app, running_worker(app, name="evicted") as worker:
+            await job.enqueue(1)
+            await eventually(lambda: done == [1])
+            await admin.config_set("maxmemory", 1)  # the next write evicts every key
+            with contextlib.suppress(redis.exceptions.ResponseError):
+                await admin.set(f"{namespace}:filler", "x" * 1000)
+            await eventually(lambda: "EVICTED keys" in caplog.text, timeout=10)
+            await admin.config_set("maxmemory", 0)
+            await job.enqueue(2)  # the groups come back and work resumes
+            await eventually(lambda: done == [1, 2], timeout=20)
+            checked = await asyncio.to_thread(
+                CliRunner().invoke,
+                main,
+                ["check", "--name", worker.name, "--url", proc.url, "--namespace", namespace],
+            )
+        await admin.aclose()
+        line = next(r.getMessage() for r in caplog.records if "EVICTED keys" in r.getMessage())
+        assert "maxmemory-policy 'allkeys-lru'" in line and "restarted" not in line, line
+        assert checked.exit_code == 0, checked.output
+        assert "maxmemory-policy is 'allkeys-lru', not 'noeviction'" in checked.output
     finally:
         proc.cleanup()
 

@@ -40,11 +40,12 @@ def check(
     holds its lease on each of its queues, 1 once a lease is gone (the worker is dead,
     stopped, or its event loop stalled), naming what is missing."""
     from .._keys import registry_keys
+    from ..worker._server import EVICTION_WARNING, eviction_policy
 
     app = open_app(app_spec, url, namespace)
     typed = tuple(q.strip() for q in (queues or "").split(",") if q.strip())
 
-    async def work(a: Tether) -> tuple[tuple[str, ...], list[int]]:
+    async def work(a: Tether) -> tuple[tuple[str, ...], list[int], str | None]:
         served = typed
         if not served:
             _, prefix = registry_keys(a.namespace)
@@ -52,9 +53,12 @@ def check(
             record = json.loads(raw) if raw else {}
             served = tuple(record.get("queues") or ("default",))
         ttls = [int(await a.client.pttl(a.keys(q).lease(name))) for q in served]
-        return served, ttls
+        return served, ttls, await eviction_policy(a.client)
 
-    served, ttls = run(app, work)
+    served, ttls, policy = run(app, work)
+    if policy is not None:
+        # Not a liveness failure, but the one setting under which tasks vanish silently.
+        click.echo(f"warning: {EVICTION_WARNING.format(policy=policy)}", err=True)
     missing = [q for q, ttl in zip(served, ttls, strict=True) if ttl == -2]  # no such key
     if missing:
         click.echo(

@@ -19,7 +19,7 @@ from .._errors import ServerError
 from .._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
 from .._keys import GROUP
 from ._maintenance import _stream_entries
-from ._server import create_groups
+from ._server import create_groups, why_groups_vanished
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -114,10 +114,6 @@ class Fetcher:
                 if fault is Fault.FATAL:  # a password changed, a permission taken away
                     raise self._fatal(exc) from None
                 if fault is Fault.LOST:
-                    log.warning(
-                        "consumer groups are missing (server restarted empty, or its data "
-                        "evicted?); recreating them"
-                    )
                     self._counters.groups_recreated += 1
                     group.recreate = group.resync = True  # in the loop: that may fail too
                     continue
@@ -161,6 +157,10 @@ class Fetcher:
 
     async def _cycle(self, group: ReadGroup) -> None:
         if group.recreate:
+            why = await why_groups_vanished(self._client)
+            log.warning(
+                "the consumer groups of %s are missing: %s; recreating them", group.name, why
+            )
             await create_groups(self._client, (s for q in group.queues for s in q.streams))
             group.recreate = False
         await self._maintain_or_promote(group, time.monotonic())
