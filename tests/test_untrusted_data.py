@@ -523,3 +523,39 @@ async def test_malformed_limit_records_are_skipped_and_reported_never_a_500(
     found = re.search(r'tether_unreadable_records_total{kind="limit"} (\d+)', metrics)
     assert found and int(found.group(1)) > 0
     assert [i.task for i in await app.limits.list()] == ["good"]
+
+
+async def test_a_status_or_index_entry_no_tether_writes_is_reported_not_a_raw_error(
+    app: Tether, client: httpx.AsyncClient, rds: redis.Redis, url: str, namespace: str
+) -> None:
+    """A record whose status is not one Tether knows made handle.status() raise a bare
+    ValueError (and a record that is not JSON, a JSONDecodeError); an index entry that does
+    not start with a stream digit made the status script fail, and the API answer 502.
+    Now the first is TaskNotFound saying the record cannot be read, and the index entry is
+    skipped: the task reads from what else Redis holds of it. Both are reported."""
+    keys = QueueKeys.of(namespace, "default")
+    odd, garbled, not_json = (f"default:{c * 32}" for c in "abc")
+    rds.set(keys.result(odd), json.dumps({"status": "exploded"}))
+    rds.set(keys.result(garbled), json.dumps(["succeeded"]))
+    rds.set(keys.result(not_json), b"\xff{")
+    for task_id in (odd, garbled, not_json):
+        with pytest.raises(TaskNotFound, match="record Tether cannot read"):
+            await app.handle(task_id).status()
+        with pytest.raises(TaskNotFound, match="record Tether cannot read"):
+            await asyncio.to_thread(app.handle(task_id).status_sync)
+        with pytest.raises(TaskNotFound, match="record Tether cannot read"):
+            await app.handle(task_id).result(timeout=1)
+    finished, indexed, queued = (f"default:{c * 32}" for c in "def")
+    rds.set(keys.result(finished), json.dumps({"status": "succeeded", "value": 1}))
+    rds.hset(keys.index, mapping={finished: "x1-0", indexed: "?", queued: "2not-an-id"})
+    assert await app.handle(finished).status() == "succeeded"
+    for task_id in (indexed, queued):
+        with pytest.raises(TaskNotFound):
+            await app.handle(task_id).status()
+    for task_id in (finished, indexed, queued, odd):
+        answer = await client.get(f"/api/tasks/{task_id}")
+        assert answer.status_code in (200, 404), (task_id, answer.status_code, answer.text[:300])
+    assert (await client.get(f"/api/tasks/{finished}")).json()["status"] == "succeeded"
+    metrics = (await client.get("/metrics")).text
+    found = re.search(r'tether_unreadable_records_total{kind="task"} (\d+)', metrics)
+    assert found and int(found.group(1)) > 0

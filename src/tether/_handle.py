@@ -43,13 +43,18 @@ class TaskHandle(Generic[R]):
 
     async def status(self) -> TaskStatus:
         """Queued, scheduled, running, succeeded, failed, retrying, dead or cancelled;
-        :class:`~tether.TaskNotFound` when the id is unknown or its record expired."""
+        :class:`~tether.TaskNotFound` when the id is unknown or its record expired, and when
+        its record is not one Tether writes (another program's, or a status this release
+        does not know): the message says so, and the record is logged once and counted in
+        ``tether_unreadable_records_total{kind="task"}``. Never a status of its own: a
+        caller waiting for a final status would wait for good."""
         return await _lifecycle.status(self.app, self.id)
 
     async def result(self, timeout: float | timedelta | None = None) -> R:
         """Wait for the outcome: the value, or :class:`~tether.TaskFailed` for failed, dead
         and cancelled tasks. Blocks on Redis (no polling); ``timeout`` raises
-        :class:`~tether.ResultTimeout`."""
+        :class:`~tether.ResultTimeout`; a record Tether cannot read raises
+        :class:`~tether.TaskNotFound`, as :meth:`status` does."""
         return cast("R", await _lifecycle.wait_result(self.app, self.id, timeout))
 
     async def cancel(self) -> CancelResult:

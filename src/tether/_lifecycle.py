@@ -13,6 +13,7 @@ from ._envelope import BadEnvelope, Envelope
 from ._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
 from ._keys import QueueKeys, entry_of_task_id, queue_of_task_id
 from ._status import CancelResult, TaskStatus
+from ._unreadable import parsed, skip
 
 if TYPE_CHECKING:
     from ._core import Core
@@ -37,8 +38,12 @@ def _status_call(core: Core, task_id: str) -> scripts.Call[scripts.StatusReply]:
 
 
 def _to_status(core: Core, task_id: str, reply: scripts.StatusReply) -> TaskStatus:
+    keys = keys_for(core, task_id)
+    if reply.unreadable:
+        skip("task", f"{keys.index} field {task_id!r}",
+             f"{reply.unreadable[:100]!r} is not <stream 1-3><entry id>")  # fmt: skip
     if reply.state == "record":
-        return TaskStatus(core.serializer.loads(reply.detail)["status"])
+        return TaskStatus(_record(core, keys.result(task_id), task_id, reply.detail)["status"])
     if reply.state == "unknown":
         raise TaskNotFound(
             f"task {task_id} is unknown: it never existed, its record expired, or it does not "
@@ -57,6 +62,29 @@ def status_sync(core: Core, task_id: str) -> TaskStatus:
     if core.intercept is not None:
         return core.intercept.status_sync(task_id)  # type: ignore[no-any-return]
     return _to_status(core, task_id, _status_call(core, task_id).run_sync(core.sync_client))
+
+
+def _record(core: Core, key: str, task_id: str, raw: bytes) -> dict[str, Any]:
+    """The outcome record of ``task_id``: an object whose status Tether knows. Anything
+    else (written by another program, or by a release with a status this one does not
+    know) raises :class:`TaskNotFound` saying so, after reporting it: what the task came
+    to cannot be known from it, and a caller waiting for a final status must not wait for
+    good, as it would for a status of its own such as "unknown"."""
+    record = parsed("task", key, lambda: _checked_record(core, raw))
+    if record is None:
+        raise TaskNotFound(
+            f"task {task_id} has a record Tether cannot read (at {key}: not written by this "
+            "release of Tether); what it came to is unknown"
+        )
+    return record
+
+
+def _checked_record(core: Core, raw: bytes) -> dict[str, Any]:
+    record = core.serializer.loads(raw)
+    if not isinstance(record, dict):
+        raise TypeError(f"a {type(record).__name__}, not an object")
+    TaskStatus(record.get("status"))  # ValueError naming a status Tether does not know
+    return record
 
 
 # -- results ------------------------------------------------------------------------------
@@ -78,8 +106,9 @@ class _Wait:
         self.chunk = max(0.1, min(WAIT_CHUNK, core.settings.socket_timeout - 1))
 
     def outcome(self, raw: Any) -> tuple[bool, Any]:
-        """(final, value) from a stored record; raises TaskFailed for a failed outcome."""
-        record = self.core.serializer.loads(raw)
+        """(final, value) from a stored record; raises TaskFailed for a failed outcome,
+        TaskNotFound for a record Tether cannot read."""
+        record = _record(self.core, self.keys.result(self.task_id), self.task_id, raw)
         if record["status"] == "succeeded":
             return True, record.get("value")
         if record["status"] == "retrying":

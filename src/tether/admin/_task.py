@@ -5,6 +5,7 @@ commands, whatever the queue holds."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
         record = _record(core, keys.result(task_id), reply.detail)
     payload: bytes | None = None
     started_at = None
-    located = (int(where[:1]), text(where[1:])) if where is not None else derived
+    located = _located(keys.index, task_id, where) or derived
     sidx = located[0] if located is not None else None
     if located is not None and reply.state in ("queued", "running"):
         sidx, entry = located
@@ -131,6 +132,21 @@ class _Fields:
         """Unix milliseconds as a time; a record of an earlier release may lack it."""
         ms = self._checked(name, isinstance(self.record.get(name), (int, float)))
         return None if not ms else parsed("task", f"{self.key} field {name!r}", lambda: utc(ms))
+
+
+_INDEX_ENTRY = re.compile(rb"([123])(\d{1,20}-\d{1,20})")
+
+
+def _located(key: str, task_id: str, where: bytes | None) -> tuple[int, str] | None:
+    """(stream index, entry id) from the task's index entry; None without one, or for one
+    no Tether writes (reported; the status script read past it too)."""
+    if where is None:
+        return None
+    found = _INDEX_ENTRY.fullmatch(where)
+    if found is None:
+        skip("task", f"{key} field {task_id!r}", f"{where[:100]!r} is not <stream 1-3><entry id>")
+        return None
+    return int(found[1]), found[2].decode()
 
 
 def _due(key: str, task_id: str, due: float | None) -> datetime | None:

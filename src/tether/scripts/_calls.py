@@ -405,6 +405,8 @@ class StatusReply(NamedTuple):
     """'running', 'queued', 'scheduled', 'retrying', 'record' or 'unknown'."""
     detail: bytes
     """The owner when running; the record for 'retrying' and 'record'."""
+    unreadable: bytes = b""
+    """The task's index entry when it is not one Tether writes (read past), else b''."""
 
 
 def _parse_pair(reply: Any) -> tuple[str, bytes]:
@@ -423,8 +425,13 @@ def status(keys: QueueKeys, task_id: str, derived: tuple[int, str] | None) -> Ca
         STATUS,
         [*keys.streams, keys.index, keys.delayed, keys.result(task_id)],
         [GROUP, task_id, *_derived_args(derived)],
-        lambda reply: StatusReply(*_parse_pair(reply)),
+        lambda reply: StatusReply(*_parse_pair(reply), _unreadable_index(reply)),
     )
+
+
+def _unreadable_index(reply: Any) -> bytes:
+    found = reply[2] if len(reply) > 2 else b""
+    return found if isinstance(found, bytes) else _text(found).encode()
 
 
 class CancelReply(NamedTuple):
