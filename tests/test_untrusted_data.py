@@ -559,3 +559,39 @@ async def test_a_status_or_index_entry_no_tether_writes_is_reported_not_a_raw_er
     metrics = (await client.get("/metrics")).text
     found = re.search(r'tether_unreadable_records_total{kind="task"} (\d+)', metrics)
     assert found and int(found.group(1)) > 0
+
+
+async def test_a_page_of_unreadable_delayed_rows_does_not_end_the_delayed_list(
+    client: httpx.AsyncClient, rds: redis.Redis, namespace: str
+) -> None:
+    """Unreadable rows are left out of a page of the delayed list; when every row of a page
+    was, the page came back empty with no cursor, and the readable tasks after them were
+    never listed."""
+    keys = QueueKeys.of(namespace, "default")
+    rds.zadd(known_queues_key(namespace), {"default": 0})
+    due = int(time.time() * 1000) + 3_600_000
+    rds.zadd(keys.delayed, {b"\xff" + bytes([n]): due + n for n in range(5)})
+    good = [f"default:{c * 32}" for c in "0123"]
+    rds.zadd(keys.delayed, {task_id: due + 10 + n for n, task_id in enumerate(good)})
+    rds.zadd(keys.delayed, {b"\xfe": due + 12})  # one among them, too
+    listed: list[str] = []
+    cursor = None
+    for _ in range(20):
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        answer = await client.get("/api/queues/default/delayed", params=params)
+        assert answer.status_code == 200, answer.text[:300]
+        listed += [t["task_id"] for t in answer.json()["items"]]
+        cursor = answer.json()["cursor"]
+        if cursor is None:
+            break
+    assert listed == good
+    # A page that fills up in the middle of what it read goes on after its last row.
+    answer = await client.get("/api/queues/default/delayed", params={"limit": 3})
+    first = answer.json()
+    assert [t["task_id"] for t in first["items"]] == good[:3] and first["cursor"]
+    answer = await client.get(
+        "/api/queues/default/delayed", params={"limit": 3, "cursor": first["cursor"]}
+    )
+    assert [t["task_id"] for t in answer.json()["items"]] == good[3:]
+    page = await client.get("/queues/default/scheduled", params={"limit": 2})
+    assert page.status_code == 200 and good[0] in page.text

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -129,27 +130,50 @@ async def running(core: Core, queue: str, cursor: str | None, limit: int) -> Pag
     return Page(items, next_cursor)
 
 
+DELAYED_BUDGET = 1000
+"""Rows of the delayed set one page reads at most, unreadable ones included."""
+
+
 async def delayed(core: Core, queue: str, cursor: str | None, limit: int) -> Page[DelayedTask]:
-    """Tasks waiting for their due time, soonest first."""
+    """Tasks waiting for their due time, soonest first. Rows that cannot be read are left
+    out (reported), and the page reads on past them, up to :data:`DELAYED_BUDGET` rows: a
+    page of nothing but unreadable rows ended the list before the tasks after them."""
     keys = core.keys(queue)
     client: Any = core.client
     after = parse_delayed_cursor(cursor)
-    rows: Any
-    if after is None:
-        rows = await client.zrange(keys.delayed, 0, limit - 1, withscores=True)
-    else:
+    start = 0
+    if after is not None:
         score, member = after
         rank = await client.zrank(keys.delayed, member)
         if rank is not None:
-            rows = await client.zrange(keys.delayed, rank + 1, rank + limit, withscores=True)
+            start = rank + 1
         else:  # promoted or cancelled meanwhile: carry on from its due time
-            rows = await client.zrangebyscore(
-                keys.delayed, score, "+inf", start=0, num=limit, withscores=True
-            )
-    full = len(rows) == limit
-    rows = [r for r in rows if _readable_delayed(keys.delayed, r)]
+            start = await client.zcount(keys.delayed, "-inf", f"({score!r}")
+    rows: list[Any] = []
+    read = 0
+    last_read: Any = None
+    more = True
+    while len(rows) < limit and read < DELAYED_BUDGET:
+        chunk = min(limit, DELAYED_BUDGET - read)
+        raw: Any = await client.zrange(keys.delayed, start, start + chunk - 1, withscores=True)
+        start += len(raw)
+        read += len(raw)
+        taken = 0
+        for row in raw:
+            taken += 1
+            last_read = row
+            if _readable_delayed(keys.delayed, row):
+                rows.append(row)
+                if len(rows) == limit:
+                    break
+        if taken == len(raw) < chunk:  # the set's end, every row of it seen
+            more = False
+            break
+    if len(rows) == limit:
+        last_read = rows[-1]  # the next page starts after the last row shown
+    resume = _cursor_at(last_read) if more else None
     if not rows:
-        return Page([], None)
+        return Page([], resume)
     ids = [text(member) for member, _ in rows]
     pipe: Any = client.pipeline(transaction=False)
     pipe.eval(CLOCK, 1, keys.delayed)
@@ -174,9 +198,23 @@ async def delayed(core: Core, queue: str, cursor: str | None, limit: int) -> Pag
                 enqueued_at=from_ms(env.enqueued_ms) if env and env.enqueued_ms else None,
             )
         )
-    last_id, (_, last_due) = ids[-1], rows[-1]
-    next_cursor = f"{int(float(last_due))}:{last_id}" if full else None
-    return Page(items, next_cursor)
+    return Page(items, resume)
+
+
+def _cursor_at(row: Any) -> str | None:
+    """The cursor of the page after ``row``; None when it cannot name the row, which ends
+    the list. That happens only after a whole :data:`DELAYED_BUDGET` of unreadable rows,
+    the last of them a member that is not text, or one due at an infinity (those sort
+    last: nothing readable follows them)."""
+    if row is None:
+        return None
+    member, score = row
+    if not (isinstance(member, bytes) and math.isfinite(float(score))):
+        return None
+    try:
+        return f"{int(float(score))}:{member.decode()}"
+    except UnicodeDecodeError:
+        return None
 
 
 def _readable_delayed(key: str, row: tuple[Any, float]) -> bool:
