@@ -10,12 +10,16 @@ windows are shorter than a lease), and everything is settled afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from ..helpers import wait_until
+from ..helpers import WorkerProcess, wait_until
 from ..server_states import busy_script, failed_save
+from ..taskiq_workers import TaskiqWorker, kiq
 from ._harness import GATED, Chaos
 
 pytestmark = pytest.mark.chaos
@@ -77,3 +81,48 @@ def test_busy_and_misconf_windows_with_settles_in_flight_stop_no_worker(
     assert "refuses writes after a failed save" in logs, logs
     for bad in ("stopping the worker", "crashed in", "handing off and stopping", "Traceback"):
         assert bad not in logs, logs
+
+
+def test_a_taskiq_worker_outlives_busy_and_misconf_windows(
+    chaos: Chaos, fresh: object, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """The TetherBroker's consumer shares the worker's loops: before the classification, a
+    BUSY window made taskiq's worker processes exit, and its process manager started them
+    again and again."""
+    proc = fresh("--enable-protected-configs", "yes")  # type: ignore[operator]
+    chaos.attach(proc.url)
+    worker = TaskiqWorker(
+        proc.url, chaos.namespace, "tq", log_dir=tmp_path, heartbeat_ttl=6.0, stall_timeout=10.0
+    )
+    workers.append(worker)  # type: ignore[arg-type]
+    worker.wait_ready(chaos.admin)
+    child = worker.child()
+    runs = f"{chaos.namespace}:runs"
+
+    def ran() -> list[str]:
+        return [line.decode().split("|")[0] for line in chaos.admin.lrange(runs, 0, -1)]
+
+    windows: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+        "busy": lambda: busy_script(proc.url),
+        "misconf": lambda: failed_save(chaos.admin),
+    }
+    for window, enter in windows.items():
+        # Tasks running across the window: they start before it and finish after it.
+        tags = [f"{window}{i}" for i in range(6)]
+        kiq(proc.url, chaos.namespace, "slow", *[(t, WINDOW_S + 1.5) for t in tags])
+        wait_until(lambda: chaos.admin.llen(f"{chaos.namespace}:starts") >= 6, 20)
+        with enter():
+            time.sleep(WINDOW_S)
+        assert worker.alive() and worker.children() == [child], worker.log()
+        wait_until(lambda t=tags: set(t) <= set(ran()), 30)  # type: ignore[misc]
+        chaos.admin.delete(f"{chaos.namespace}:starts")
+    after = [f"after{i}" for i in range(20)]
+    kiq(proc.url, chaos.namespace, "record", *[(t,) for t in after])
+    wait_until(lambda: set(after) <= set(ran()), 30)
+    counted = ran()
+    assert len(counted) == len(set(counted)) == 32, counted
+    assert worker.children() == [child], "taskiq's worker process was started again"
+    log = worker.log()
+    assert "busy running another client's script" in log, log
+    for bad in ("Traceback", "stops:", "crashed in"):
+        assert bad not in log, log
