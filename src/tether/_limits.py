@@ -262,7 +262,7 @@ def decode_override(raw: bytes | str | None) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
         return None
     return value if isinstance(value, dict) else None
 
