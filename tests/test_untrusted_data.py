@@ -595,3 +595,31 @@ async def test_a_page_of_unreadable_delayed_rows_does_not_end_the_delayed_list(
     assert [t["task_id"] for t in answer.json()["items"]] == good[3:]
     page = await client.get("/queues/default/scheduled", params={"limit": 2})
     assert page.status_code == 200 and good[0] in page.text
+
+
+async def test_cancelling_a_task_whose_index_entry_no_tether_writes_reads_past_it(
+    app: Tether, rds: redis.Redis, namespace: str
+) -> None:
+    """handle.cancel() parsed the index entry by its first character: one set by hand raised
+    a bare ValueError in Python and an error in the cancel script. It is read past (and
+    reported), so the task is unknown (TaskNotFound, as for any id Tether cannot find), and
+    once the entry is put right it is cancelled."""
+    keys = QueueKeys.of(namespace, "default")
+    lost = f"default:{'e' * 32}"
+    rds.hset(keys.index, lost, "not-an-entry")
+    with pytest.raises(TaskNotFound, match="is unknown"):
+        await app.handle(lost).cancel()
+    with pytest.raises(TaskNotFound, match="is unknown"):
+        await asyncio.to_thread(app.handle(lost).cancel_sync)
+
+    @app.task(queue="default")
+    async def later() -> None: ...
+
+    handle = await later.options(key="k").enqueue()
+    entry = rds.hget(keys.index, handle.id)
+    assert entry is not None
+    rds.hset(keys.index, handle.id, b"x" + entry)  # garbled: the script must not fail on it
+    with pytest.raises(TaskNotFound, match="is unknown"):
+        await handle.cancel()
+    rds.hset(keys.index, handle.id, entry)
+    assert await handle.cancel() == "cancelled"

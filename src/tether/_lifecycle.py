@@ -4,6 +4,7 @@ Redis (``BLMOVE``), never polls."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 WAIT_CHUNK = 5.0
 """Longest single blocking wait for a result; below the socket timeout."""
 CANCEL_REQUEST_TTL_MS = 3600 * 1000
+
+
+_INDEX_ENTRY = re.compile(rb"([123])(\d{1,20}-\d{1,20})")
+"""An index value as Tether writes it: the stream (1 to 3) then the entry id."""
 
 
 def keys_for(core: Core, task_id: str) -> QueueKeys:
@@ -199,7 +204,11 @@ class _Cancel:
 
     def where(self, index_value: Any) -> tuple[int, bytes] | None:
         if index_value is not None:
-            return int(index_value[:1]), bytes(index_value[1:])
+            found = _INDEX_ENTRY.fullmatch(bytes(index_value))
+            if found is not None:
+                return int(found[1]), found[2]
+            # An entry no Tether writes (set by hand): read past, as the script does.
+            skip("task", f"{self.keys.index} field {self.task_id!r}", "not <stream><entry id>")
         if self.derived is not None:
             return self.derived[0], self.derived[1].encode()
         return None

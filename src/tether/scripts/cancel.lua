@@ -36,7 +36,12 @@ end
 local where = redis.call('HGET', KEYS[4], id)
 local sidx, eid
 if where then
-  sidx, eid = tonumber(string.sub(where, 1, 1)), string.sub(where, 2)
+  -- An entry no Tether writes (set by hand) is read past, as the status script does.
+  sidx, eid = string.match(where, '^([123])(%d+%-%d+)$')
+  sidx = tonumber(sidx)
+end
+if sidx then
+  -- found in the index
 elseif ARGV[7] ~= '' and #redis.call('XRANGE', KEYS[tonumber(ARGV[7])], ARGV[8], ARGV[8]) > 0 then
   sidx, eid = tonumber(ARGV[7]), ARGV[8]
 else
