@@ -363,6 +363,50 @@ async def test_a_busy_key_waiting_for_its_slots_takes_no_rate_tokens_from_a_quie
     assert min(gaps) > 0.1 - JITTER, "the rate was exceeded"
 
 
+def test_a_busy_key_waiting_for_its_key_rate_takes_no_task_wide_start_times_from_a_quiet_key(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """A task-wide rate and a per-key rate together (two_rates: 10/s and 1/s per key): a busy
+    key's tasks waiting for their key's start times must not take the task-wide start times
+    meanwhile. They used to: each set the task-wide schedule to its own time, so 20 tasks of
+    one key held the task-wide rate for 19 s and the quiet key's task, enqueued behind them,
+    first started 19.1 s after the busy key. A crowd of other keys behind it keeps the
+    task-wide rate busy while the busy key's tasks come back for their times."""
+    rate, key_rate, busy, crowd = 10, 1, 20, 15
+    start_workers(url, namespace, ["w1", "w2"], tmp_path, workers, rds, log_level="DEBUG")
+    warm_up(url, namespace, rds, 2)
+    enqueue(url, namespace, "two_rates", [("busy", i) for i in range(busy)], limit_key="busy")
+    enqueue(url, namespace, "two_rates", [("quiet", 0)], limit_key="quiet")
+    for k in range(crowd):
+        enqueue(url, namespace, "two_rates", [(f"k{k}", 0), (f"k{k}", 1)], limit_key=f"k{k}")
+    wait_until(lambda: starts(rds, namespace, "quiet"), timeout=30)
+    wait_until(lambda: len(starts(rds, namespace)) == busy + 1 + 2 * crowd, timeout=40)
+    by_key: dict[str, list[float]] = defaultdict(list)
+    for e in starts(rds, namespace):
+        by_key[e.scope].append(e.at)
+    first = min(by_key["busy"])
+    waited = by_key["quiet"][0] - first
+    # The quiet key takes the task-wide rate's next free time, behind the busy key's first
+    # task (one interval, 0.1 s), with slack for a loaded machine.
+    assert waited < 2.5, f"the quiet key first started {waited:.2f}s after the busy key"
+    # Neither rate exceeded: the task-wide one over every start as admitted (the server's
+    # clock; the meter allows 50 ms of the rate ahead, so one more than the rate in a
+    # second), and each key's by its starts' notes (the meter's 50 ms and the notes' own
+    # lateness aside).
+    admitted = admissions(workers)
+    assert len(admitted) >= busy + 1 + 2 * crowd, "every start was admitted (and logged)"
+    assert busiest_second(admitted) <= rate + 1, f"{busiest_second(admitted)} admitted in 1s"
+    for key, times in by_key.items():
+        gaps = [b - a for a, b in itertools.pairwise(sorted(times))]
+        assert not gaps or min(gaps) >= 1 / key_rate - 0.05 - JITTER, (key, gaps)
+    # The busy key loses none of its times: its 20 starts take 19 of its intervals, later by
+    # at most the task-wide backlog the crowd made (a task that came back for its key's time
+    # waits for the task-wide rate, and the key's next tasks wait for it, in their order).
+    span = max(by_key["busy"]) - first
+    least = (busy - 1) / key_rate - 0.05 * (busy - 1)
+    assert least <= span <= (busy - 1) / key_rate + crowd / rate + MARGIN, by_key["busy"]
+
+
 # -- slots fenced by the lease ----------------------------------------------------------------
 
 
@@ -544,6 +588,41 @@ async def test_a_limit_added_at_runtime_reaches_workers_and_a_raised_rate_frees_
         assert time.monotonic() - t0 < 1.5, "the waiting tasks were re-admitted at once"
         await app.limits.set(unlimited, rate_limit=None)
         assert not (await app.limits.get(unlimited)).effective.any
+
+
+async def test_a_runtime_change_releases_tasks_waiting_for_their_keys_times_in_their_order(
+    app: Tether, rds: redis.Redis, namespace: str
+) -> None:
+    """A task whose key's rate binds holds a time of its key's schedule only (its
+    reservation is stored negated); a runtime change releases those with the tasks holding
+    times of both schedules, in the order of their times, and the hourly trim takes old
+    reservations of both kinds."""
+    started: list[tuple[str, int]] = []
+
+    @app.task(rate_limit="2/m", key_rate_limit="1/h", store_result=False)
+    async def sync(key: str, i: int) -> None:
+        started.append((key, i))
+
+    reservations = TaskLimitKeys.of(f"{{{namespace}:default}}", sync.name).reservations
+    for key in ("a", "b"):
+        await sync.options(limit_key=key).enqueue_many([(key, i) for i in range(3)])
+    async with running_worker(app, concurrency=1):
+        await eventually(lambda: rds.zcard(reservations) == 5)
+        assert started == [("a", 0)]
+        # b0 waits for the task-wide rate (30 s: both schedules counted it); the others for
+        # their keys' (an hour apart), counted in their key's schedule only
+        times = {m.decode(): s for m, s in rds.zrange(reservations, 0, -1, withscores=True)}
+        assert sum(s > 0 for s in times.values()) == 1, times
+        await app.limits.set(sync, rate_limit="100/s", key_rate_limit=None)
+        await eventually(lambda: len(started) == 6, timeout=5)
+        assert started[1:] == [("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+        assert not rds.zcard(reservations)
+        hour_ms = 3_600_000
+        now_ms = int(server_time(rds) * 1000)
+        old, new = now_ms - 2 * hour_ms, now_ms + hour_ms
+        rds.zadd(reservations, {"old": old, "old-key": -old, "new": new, "new-key": -new})
+        await eventually(lambda: rds.zcard(reservations) == 2, timeout=5)
+        assert sorted(m.decode() for m in rds.zrange(reservations, 0, -1)) == ["new", "new-key"]
 
 
 async def test_usage_shows_one_keys_running_and_parked_tasks(app: Tether) -> None:

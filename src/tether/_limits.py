@@ -293,7 +293,9 @@ class TaskLimitKeys:
     task: str
     scope: ScopeKeys
     reservations: str
-    """sorted set: task id -> the time its rate token is reserved for (ms)"""
+    """sorted set: task id -> the time its rate token is reserved for (ms), counted in
+    every rate's schedule; negated when it is a time of the key's rate only (its key's rate
+    bound it: the task-wide rate is asked when it comes back)"""
     waiting_keys: str
     """set: the limit keys with tasks parked on them (so a runtime change finds them)"""
 

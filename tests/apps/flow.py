@@ -82,3 +82,9 @@ async def key_paced(key: str, i: int) -> None:
 async def trickle(i: int) -> None:
     """One start a minute: the others wait for their times in the delayed set."""
     await note(f"start|trickle|{i}")
+
+
+@app.task(rate_limit="10/s", key_rate_limit="1/s", store_result=False)
+async def two_rates(key: str, i: int) -> None:
+    """A task-wide rate and a per-key rate ten times slower."""
+    await note(f"start|{key}|{i}")

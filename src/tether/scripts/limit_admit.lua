@@ -166,32 +166,49 @@ end
 
 -- When may it start? Returns the due time (now: at once), the binding rate limit (nil when
 -- it came back before its reserved time: what it holds stays as it is), and the time it had
--- reserved (nil: none).
+-- reserved (nil: none). Marks each rate b.held when this task holds a time of its schedule
+-- that still stands (counted when it was reserved: not counted again).
 local function rate_due(e, t, gen, rates)
   local reserved = redis.call('ZSCORE', KEYS[t.resv], e.tid)
   reserved = reserved and tonumber(reserved)
+  -- a negative score: a time of the key's schedule only (see 2.)
+  local key_only = reserved and reserved < 0
+  if key_only then reserved = -reserved end
   if reserved and reserved > now then return reserved, nil, reserved end
-  local due, binding = now, nil
+  local due, binding, refused = now, nil, false
   for _, b in ipairs(rates) do
     b.s, b.m = rate_state(b.key, gen)
+    b.held = reserved ~= nil and (not key_only or b.code == 'R')
     local earliest = b.m - math.max(b.tau, slack)  -- the meter
     if earliest > due then due, binding = earliest, b end
+    if earliest > now and b.held then refused = true end
   end
   if not reserved and #rates == 1 and rates[1].code == 'r' and rates[1].m <= now
       and rates[1].s - rates[1].tau > now then
     -- the schedule has no time before later, and the meter is idle (a missed time is taken
-    -- at the rate, never in a burst): take a start time another task missed, if any
-    local late = redis.call('ZRANGEBYSCORE', KEYS[t.resv], '-inf', now - missed, 'WITHSCORES',
+    -- at the rate, never in a burst): take a start time another task missed, if any (a
+    -- time of the task-wide schedule: scores above 0)
+    local late = redis.call('ZRANGEBYSCORE', KEYS[t.resv], '(0', now - missed, 'WITHSCORES',
                             'LIMIT', 0, 1)
     if #late > 0 then
       redis.call('ZREM', KEYS[t.resv], late[1])
+      rates[1].held = true
       return now, nil, tonumber(late[2])
     end
   end
-  if not reserved or due > now then
-    for _, b in ipairs(rates) do  -- the schedule
-      if b.s - b.tau > due then due, binding = b.s - b.tau, b end
+  if refused then
+    if key_only and now - reserved <= missed then
+      -- on time for its key's time, but the key's previous task started after its own
+      -- (it waited for the task-wide rate): it waits for its key's meter, keeping its time
+      local b = rates[#rates]
+      return b.m - math.max(b.tau, slack), b, reserved
     end
+    -- a meter refusing a time its schedule gave: the task is late, and takes the next free
+    -- time of every schedule (its time is not made up)
+    for _, b in ipairs(rates) do b.held = false end
+  end
+  for _, b in ipairs(rates) do  -- the schedules that gave it no time
+    if not b.held and b.s - b.tau > due then due, binding = b.s - b.tau, b end
   end
   return due, binding, reserved
 end
@@ -226,9 +243,16 @@ local function admit(e)
     give_back(e, t, scopes, waiting_keeps(binding))
     local code = (binding or rates[1]).code
     if not (reserved and reserved > now) then
-      -- the next free start time of the schedule is this task's now
-      for _, b in ipairs(rates) do set_rate_state(b.key, cfg.gen, math.max(b.s, due) + b.i, b.m) end
-      redis.call('ZADD', KEYS[t.resv], fmt(due), e.tid)
+      -- the next free start time of each schedule that gave it none is this task's now;
+      -- when its key's rate binds, only the key's: the task-wide rate is asked when it
+      -- comes back, and its times meanwhile go to other keys (a negative score says so)
+      local key_only = binding.code == 'R' and #rates > 1
+      for _, b in ipairs(rates) do
+        if not b.held and (b.code == 'R' or not key_only) then
+          set_rate_state(b.key, cfg.gen, math.max(b.s, due) + b.i, b.m)
+        end
+      end
+      redis.call('ZADD', KEYS[t.resv], fmt(key_only and -due or due), e.tid)
       count(t.name, binding.name)
     end
     if e.suspect then
@@ -242,7 +266,7 @@ local function admit(e)
     if reserved then redis.call('ZREM', KEYS[t.resv], e.tid) end
     for _, b in ipairs(rates) do
       -- a reserved start was counted in the schedule when it was reserved
-      set_rate_state(b.key, cfg.gen, reserved and b.s or b.s + b.i, b.m + b.i)
+      set_rate_state(b.key, cfg.gen, b.held and b.s or b.s + b.i, b.m + b.i)
     end
   end
   local held = ''

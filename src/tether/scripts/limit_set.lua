@@ -2,7 +2,8 @@
 admitted again under the new limits, in their order.
 
 KEYS[1..8]  the queue keys (see limit_lib)
-KEYS[9]     the task's reservations
+KEYS[9]     the task's reservations (task id -> its time; negated for a time of its key's
+            schedule only, see limit_admit)
 KEYS[10]    the task's waiting list
 KEYS[11]    the task's waiting-keys set
 KEYS[12..]  waiting lists of limit keys of the task (as listed in that set)
@@ -50,12 +51,24 @@ local function release(tid, score)
     released = released + 1
   end
 end
-local r = redis.call('ZRANGE', KEYS[9], 0, budget - 1, 'WITHSCORES')
-for i = 1, #r, 2 do
-  release(r[i], tonumber(r[i + 1]))
-  redis.call('ZREM', KEYS[9], r[i])
+-- The reservations in the order of their times: those of every schedule (scores above 0)
+-- and those of the key's schedule only (the time negated), merged.
+local all = redis.call('ZRANGEBYSCORE', KEYS[9], '(0', '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
+local keyed = redis.call('ZREVRANGEBYSCORE', KEYS[9], '(0', '-inf', 'WITHSCORES', 'LIMIT', 0,
+                         budget)
+local i, j, taken = 1, 1, 0
+while taken < budget and (i < #all or j < #keyed) do
+  local tid, at
+  if j >= #keyed or (i < #all and tonumber(all[i + 1]) <= -tonumber(keyed[j + 1])) then
+    tid, at, i = all[i], tonumber(all[i + 1]), i + 2
+  else
+    tid, at, j = keyed[j], -tonumber(keyed[j + 1]), j + 2
+  end
+  release(tid, at)
+  redis.call('ZREM', KEYS[9], tid)
+  taken = taken + 1
 end
-budget = budget - #r / 2
+budget = budget - taken
 local function drain(list, member)
   while budget > 0 do
     local items = redis.call('LPOP', list, math.min(budget, 500))

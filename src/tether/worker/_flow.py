@@ -422,11 +422,12 @@ class FlowControl:
 
     async def _trim_reservations(self, queue: QueueState, view: _View) -> None:
         """Reservations of tasks that never came back (cancelled while they waited) go
-        an hour after their time."""
+        an hour after their time (a time of a key's schedule only is stored negated: both
+        kinds lie between minus and plus the horizon)."""
         horizon_ms = int((time.time() - 3600) * 1000)
         for name in sorted(view.rated):
             key = TaskLimitKeys.of(queue.keys.tag, name).reservations
-            await self._client.zremrangebyscore(key, "-inf", horizon_ms)
+            await self._client.zremrangebyscore(key, -horizon_ms, horizon_ms)
 
     def _refresh(self, queue: QueueState, raw: dict[Any, Any], old: _View | None) -> _View:
         overrides: dict[str, dict[str, Any]] = {}
