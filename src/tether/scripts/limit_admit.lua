@@ -46,6 +46,15 @@ Each entry is decided first and changed after:
    worker stalled): once it is `missed` ms past, a task of the same name that has no time
    yet starts in its place if the meter is idle (only for a task-wide rate: a key's times
    are not interchangeable), and the late task takes a new time when it comes.
+   A task with both rates whose key's rate binds reserves a time of its key's schedule only
+   (its reservation is stored negated): the task-wide schedule can hand out only its next
+   time, and advancing it to the key's far later time would give the task-wide times in
+   between to no one, so a busy key would hold back every other key. When it comes back
+   the task-wide rate is asked like for a task with no time: it starts if that rate has a
+   token, else it takes that rate's next free time (now counted in both schedules) and
+   keeps its key's time. Its key's next task, back on time (within `missed`) for its own
+   key's time, may find the key's meter not ready (this one started late): it waits for
+   the meter, keeping its key's time, rather than losing it like a late task.
    While it waits for its time, the task keeps (or takes, as '': held for a task no worker
    runs) the slots of the concurrency limits no wider than the rate it waits for: the key's
    always, the task's only when the task-wide rate is what it waits for. No other task could
