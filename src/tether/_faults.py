@@ -240,10 +240,10 @@ def describe_error(exc: BaseException, where: str, command: str | None = None) -
         return f"the user lacks a permission at {where}: {message.rstrip('.')}{allow}"
     for cause in _causes(exc):
         if isinstance(cause, ssl.SSLCertVerificationError):
+            why = getattr(cause, "verify_message", None) or cause  # set by the ssl module
             return (
-                f"the TLS certificate of the server at {where} was refused "
-                f"({cause.verify_message or cause}): name the authority that signed it with "
-                "ssl_ca_certs=/path/to/ca.pem in the URL"
+                f"the TLS certificate of the server at {where} was refused ({why}): name the "
+                "authority that signed it with ssl_ca_certs=/path/to/ca.pem in the URL"
             )
         if isinstance(cause, FileNotFoundError) and _is_tls(where):
             missing = ", ".join(_missing_tls_files(where)) or "a TLS file of the URL"
