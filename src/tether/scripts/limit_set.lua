@@ -54,8 +54,9 @@ end
 -- The reservations in the order of their times: those of every schedule (scores above 0)
 -- and those of the key's schedule only (the time negated), merged.
 local all = redis.call('ZRANGEBYSCORE', KEYS[9], '(0', '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
-local keyed = redis.call('ZREVRANGEBYSCORE', KEYS[9], '(0', '-inf', 'WITHSCORES', 'LIMIT', 0,
-                         budget)
+-- ZRANGE ... BYSCORE REV rather than ZREVRANGEBYSCORE: the documented ACL rule allows zrange.
+local keyed = redis.call('ZRANGE', KEYS[9], '(0', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, budget,
+                         'WITHSCORES')
 local i, j, taken = 1, 1, 0
 while taken < budget and (i < #all or j < #keyed) do
   local tid, at

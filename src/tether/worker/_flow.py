@@ -500,15 +500,14 @@ class FlowControl:
                 pipe.mget([queue.keys.lease(n) for n in names])
             if indexed:
                 pipe.hmget(queue.keys.index, indexed)
-            if idle:
-                pipe.zmscore(queue.keys.delayed, idle)
+            for tid in idle:  # ZSCORE each, not ZMSCORE: the documented ACL rule has zscore
+                pipe.zscore(queue.keys.delayed, tid)
             replies = iter(await pipe.execute())
             if names:
                 live = {n for n, v in zip(names, next(replies), strict=True) if v is not None}
             if indexed:
                 present = {t for t, v in zip(indexed, next(replies), strict=True) if v is not None}
-            if idle:
-                present |= {t for t, v in zip(idle, next(replies), strict=True) if v is not None}
+            present |= {t for t in idle if next(replies) is not None}
         items = [
             calls.ReclaimItem(tid, raw, holder, task, self._declared.get(task), limit_key)
             for tid, raw, holder, task, limit_key in records

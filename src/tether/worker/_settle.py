@@ -202,7 +202,7 @@ class Settler:
         if fault is Fault.INTERNAL:
             raise exc
         if fault is Fault.FATAL:  # a password changed, a permission taken away
-            raise ServerError(describe_error(exc, self._where)) from None
+            raise ServerError(self._describe(exc)) from None
         if fault is Fault.LOST:
             # The server lost the streams (restarted empty, flushed): these entries no
             # longer exist, so there is nothing left to acknowledge.
@@ -214,7 +214,7 @@ class Settler:
             self._ledger.release(d for d, _ in chunk.items)
             return True
         if fault is Fault.UNKNOWN and self._unknown.failed(exc, "settle"):
-            raise ServerError(describe_error(exc, self._where)) from None
+            raise ServerError(self._describe(exc)) from None
         if is_out_of_memory(exc):
             if not self.server_full:
                 log.warning(
@@ -231,6 +231,11 @@ class Settler:
             )  # fmt: skip
         chunk.resent = True
         return False
+
+    def _describe(self, exc: BaseException) -> str:
+        """The line a fault no retry fixes stops the worker with (for a permission refused
+        inside the script, the command its line names, which Redis 7.0 leaves out)."""
+        return describe_error(exc, self._where, scripts.refused_in_script(str(exc)))
 
     def _record(
         self, chunk: _Chunk, reply: scripts.SettleReply, observed: list[Observation] | None

@@ -268,6 +268,7 @@ class Worker:
             stats_window=app.settings.stats_window if app.settings.stats else None,
             flow=self._flow,
             metrics=None if self.metrics is None else self.metrics.tally,
+            where=app.target.redacted,
         )
         self._maintenance = Maintenance(
             client=self._client,

@@ -182,6 +182,7 @@ class Consumer:
             stats_window=None,
             linger=self._ack_linger,
             linger_batch=s.pending_limit // 2,
+            where=core.target.redacted,
         )
         self.handover = Handover(
             client=self._client,
