@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.worker")
 
 SETTLE_CHUNK = 500
+SETTLE_RETRY_CAP_S = 1.0
+"""Settles are retried at least this often, below the reconnect backoff's cap: the outcomes
+they carry hold the worker's capacity, and a settle sent again is harmless (it finds what
+was settled gone), so they must not wait seconds after the server recovers."""
 
 Item = tuple["Delivery", "Outcome"]
 
@@ -135,7 +139,7 @@ class Settler:
                     continue
                 self._retrying = failed + self._retrying
                 failures += 1
-                await asyncio.sleep(self._retry_delay(failures))
+                await asyncio.sleep(min(SETTLE_RETRY_CAP_S, self._retry_delay(failures)))
             self._idle.set()
             if self._closing:
                 return
