@@ -255,7 +255,8 @@ def is_pool_exhausted(exc: BaseException) -> bool:
     """Every connection of the client's pool stayed in use for the whole wait: no command
     was sent (the server may be perfectly well)."""
     return isinstance(exc, redis.exceptions.MaxConnectionsError) or (
-        # redis-py's blocking pool, when its wait ran out
+        # a waiting pool whose wait ran out: redis-py's blocking pool (the blocking clients)
+        # and tether._redis's asyncio one raise the same error
         isinstance(exc, redis.exceptions.ConnectionError)
         and str(exc).startswith("No connection available")
     )

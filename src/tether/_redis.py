@@ -256,11 +256,11 @@ class _WaitForConnection(redis.asyncio.ConnectionPool):
     is in use; its blocking pool waits, but takes a condition, a timeout and a lock for every
     command (one-at-a-time enqueues ran 15 % slower through it). This pool takes the plain
     pool's path, and only when that finds every connection in use waits for a release, up
-    to ``pool_timeout`` seconds, then fails as the blocking pool does."""
+    to ``timeout`` seconds (named as the blocking pool names it), then fails as it does."""
 
-    def __init__(self, *args: Any, pool_timeout: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pool_timeout = pool_timeout
+        self.timeout = timeout
         self._waiters: list[asyncio.Future[None]] = []
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
@@ -269,7 +269,7 @@ class _WaitForConnection(redis.asyncio.ConnectionPool):
         except redis.exceptions.MaxConnectionsError:
             pass
         loop = asyncio.get_running_loop()
-        deadline = None if self.pool_timeout is None else loop.time() + self.pool_timeout
+        deadline = None if self.timeout is None else loop.time() + self.timeout
         while True:
             # A release wakes the first waiter; the short cap covers the releases redis-py
             # finishes in the background, which do not pass through release() below.
@@ -310,13 +310,9 @@ class _BlockingSyncSentinelPool(
 
 
 def _pool_kwargs(max_connections: int, pool_timeout: float | None) -> dict[str, Any]:
-    """For redis-py's blocking (sync) pools."""
+    """For the pools that wait for a free connection: redis-py's blocking (sync) ones and
+    :class:`_WaitForConnection`."""
     return {"max_connections": max_connections, "timeout": pool_timeout}
-
-
-def _waiting_kwargs(max_connections: int, pool_timeout: float | None) -> dict[str, Any]:
-    """For :class:`_WaitForConnection`."""
-    return {"max_connections": max_connections, "pool_timeout": pool_timeout}
 
 
 def async_client(
@@ -341,7 +337,7 @@ def async_client(
             socket_connect_timeout=connect_timeout,
             socket_keepalive=True,
             retry=_retry(retries, asynchronous=True),
-            **_waiting_kwargs(max_connections, pool_timeout),
+            **_pool_kwargs(max_connections, pool_timeout),
         )
         return redis.asyncio.Redis.from_pool(pool)
     kwargs = _common_kwargs(target, socket_timeout, connect_timeout, retries)
@@ -359,7 +355,7 @@ def async_client(
         target.service,
         db=target.db,
         connection_pool_class=_WaitingSentinelPool,
-        **_waiting_kwargs(max_connections, pool_timeout),
+        **_pool_kwargs(max_connections, pool_timeout),
     )
     return master
 
