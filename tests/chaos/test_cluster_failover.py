@@ -28,7 +28,7 @@ from tether._redis import parse_url, sync_client
 from ..conftest import SERVER_KINDS, start_server
 from ..helpers import WorkerProcess, wait_until
 from ..servers import LocalCluster, binary_for
-from ..test_cluster import queues_on_distinct_masters
+from ..system.test_cluster import queues_on_distinct_masters
 from ._harness import APP, COUNT
 from .app import runs_key
 

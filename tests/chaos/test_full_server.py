@@ -21,7 +21,7 @@ from tether import EnqueueError
 from ..helpers import wait_until
 from ._harness import DOOMED, FLAKY, GATED, Chaos, named
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.compat]
 
 
 def fill(client: redis.Redis) -> int:

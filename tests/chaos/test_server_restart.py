@@ -18,7 +18,7 @@ import pytest
 from ..helpers import wait_until
 from ._harness import Chaos, Producer, Sampler
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.compat]
 
 
 BACKLOG = [f"b{i}" for i in range(300)]

@@ -22,7 +22,7 @@ from ..server_states import busy_script, failed_save
 from ..taskiq_workers import TaskiqWorker, kiq
 from ._harness import GATED, Chaos
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.compat]
 
 WINDOW_S = 3.0
 

@@ -1,0 +1,129 @@
+"""Enqueue: the typed round trip, batches, per-call options, and refusals that write nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from tether import EnqueueError, SerializationError, TaskStatus, Tether
+from tether._keys import QueueKeys
+
+from ..helpers import running_worker
+
+pytestmark = pytest.mark.compat  # on every server kind: see tests/compat.py
+
+
+async def test_typed_round_trip(app: Tether) -> None:
+    @app.task
+    async def add(x: int, y: int) -> int:
+        return x + y
+
+    handle = await add.enqueue(1, 2)
+    assert handle.id.startswith("default:")
+    async with running_worker(app):
+        assert await handle.result(timeout=10) == 3
+    assert await handle.status() is TaskStatus.SUCCEEDED
+
+
+async def test_sync_tasks_run_in_threads_not_on_the_loop(app: Tether) -> None:
+    seen: list[str] = []
+
+    @app.task
+    def where() -> str:
+        seen.append(threading.current_thread().name)
+        return threading.current_thread().name
+
+    handle = await where.enqueue()
+    async with running_worker(app):
+        name = await handle.result(timeout=10)
+    assert name.startswith("tether-task")
+    assert seen == [name]
+
+
+async def test_enqueue_many_is_one_round_trip(app: Tether, rds: redis.Redis) -> None:
+    @app.task
+    async def square(x: int) -> int:
+        return x * x
+
+    def enqueue_calls() -> int:
+        stats = rds.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+    await square.enqueue_many([(0,), (1,)])  # the server learns the script (EVAL once)
+    before = enqueue_calls()
+    handles = await square.enqueue_many([(i,) for i in range(200)] + [square.call(x=7)])
+    assert enqueue_calls() - before == 1
+    assert len({h.id for h in handles}) == 201
+    async with running_worker(app, concurrency=8):
+        assert [await h.result(timeout=10) for h in handles[-3:]] == [198 * 198, 199 * 199, 49]
+
+
+async def test_options_never_collide_with_task_arguments(app: Tether) -> None:
+    @app.task
+    async def echo(queue: str, priority: str, delay: int) -> list[object]:
+        return [queue, priority, delay]
+
+    handle = await echo.options(queue="urgent", priority="high").enqueue("q", "p", 5)
+    assert handle.queue == "urgent"
+    async with running_worker(app, queues=("urgent",)):
+        assert await handle.result(timeout=10) == ["q", "p", 5]
+
+
+async def test_unserializable_argument_names_task_and_argument_and_writes_nothing(
+    app: Tether, rds: redis.Redis
+) -> None:
+    @app.task(name="store")
+    async def store(key: str, payload: object) -> None: ...
+
+    with pytest.raises(SerializationError, match=r"task 'store': argument 'payload' \(set\)"):
+        await store.enqueue("k", {1, 2})
+    with pytest.raises(SerializationError, match="argument 'payload'"):
+        await store.enqueue_many([("a", 1), ("b", object())])
+    keys = QueueKeys.of(app.namespace, "default")
+    assert rds.exists(*keys.streams, keys.index) == 0
+
+
+async def test_arguments_that_do_not_fit_the_signature_are_refused(
+    app: Tether, rds: redis.Redis
+) -> None:
+    @app.task(name="pair")
+    async def pair(x: int, y: int) -> int:
+        return x + y
+
+    with pytest.raises(EnqueueError, match="task 'pair': missing a required argument: 'y'"):
+        await pair.enqueue(1)  # type: ignore[call-arg]
+    with pytest.raises(EnqueueError, match="unexpected keyword argument 'z'"):
+        await pair.enqueue(1, 2, z=3)  # type: ignore[call-arg]
+    assert rds.exists(*QueueKeys.of(app.namespace, "default").streams) == 0
+
+
+async def test_enqueue_without_open_app_is_a_clear_error(url: str, namespace: str) -> None:
+    from tether import NotOpen
+
+    app = Tether(url, namespace=namespace)
+
+    @app.task
+    async def nop() -> None: ...
+
+    with pytest.raises(NotOpen, match="async with app"):
+        await nop.enqueue()
+
+
+async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: str) -> None:
+    """Producers used to get raw redis-py errors."""
+    from tether._embedded import free_port
+
+    app = Tether(f"redis://127.0.0.1:{free_port()}/0", namespace=namespace, connect_timeout=0.2)
+
+    @app.task
+    async def job(i: int) -> None: ...
+
+    async with app:
+        with pytest.raises(EnqueueError, match="cannot reach the server at") as caught:
+            await job.enqueue(1)
+    assert "may or may not have been enqueued (give a dedup key to retry safely)" in str(
+        caught.value
+    )
+    assert caught.value.cause is not None

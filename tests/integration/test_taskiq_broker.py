@@ -1,0 +1,430 @@
+"""TetherBroker with taskiq's receiver in this process, against the real servers: labels
+(priority, delay, dedup key), failures and taskiq retries (SimpleRetryMiddleware and
+SmartRetryMiddleware's delays), dead letters that ``tether dead`` tools read and retry,
+suspects handed to taskiq alone, bad input, settings, Sentinel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+from taskiq import AckableMessage, SimpleRetryMiddleware, SmartRetryMiddleware
+from taskiq.abc.serializer import TaskiqSerializer
+from taskiq.exceptions import SendTaskError
+from taskiq.kicker import AsyncKicker
+from taskiq.receiver import Receiver
+
+from tether import ConfigError, EnqueueError
+from tether._keys import GROUP, QueueKeys
+from tether.contrib.taskiq import TetherBroker, current_delivery
+
+from ..helpers import FAST, eventually
+from ..servers import LocalSentinel
+
+
+def make_broker(url: str, namespace: str, **options: Any) -> TetherBroker:
+    return TetherBroker(url, namespace=namespace, **{**FAST, "max_pending": 8, **options})
+
+
+@contextlib.asynccontextmanager
+async def receiving(broker: TetherBroker, max_async_tasks: int = 8) -> AsyncIterator[Receiver]:
+    """taskiq's receiver, as ``taskiq worker`` runs it, until the block ends."""
+    broker.is_worker_process = True
+    finish = asyncio.Event()
+    receiver = Receiver(broker, max_async_tasks=max_async_tasks)
+    listening = asyncio.create_task(receiver.listen(finish))
+    await eventually(lambda: broker.tether_consumer is not None and broker.tether_consumer.ready)
+    try:
+        yield receiver
+    finally:
+        finish.set()
+        await asyncio.wait_for(listening, 20)
+        await broker.shutdown()
+
+
+def dead_letters(rds: redis.Redis, namespace: str) -> list[dict[bytes, bytes]]:
+    return [fields for _, fields in rds.xrange(QueueKeys.of(namespace, "taskiq").dead)]
+
+
+def leftovers(rds: redis.Redis, namespace: str) -> int:
+    keys = QueueKeys.of(namespace, "taskiq")
+    return sum(int(rds.xlen(s)) for s in keys.streams) + int(rds.hlen(keys.index))
+
+
+async def test_priorities_delays_and_the_delivery_a_task_sees(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    broker = make_broker(url, namespace, max_pending=1)
+    order: list[str] = []
+    seen: list[Any] = []
+
+    @broker.task(task_name="note")
+    async def note(tag: str) -> None:
+        order.append(tag)
+        seen.append(current_delivery())
+
+    await broker.startup()
+    await note.kicker().with_labels(delay=0.4).kiq("later")
+    for priority in ("low", "normal", "high"):
+        await note.kicker().with_labels(priority=priority).kiq(priority)
+    assert rds.zcard(QueueKeys.of(namespace, "taskiq").delayed) == 1
+    async with receiving(broker, max_async_tasks=1):
+        await eventually(lambda: len(order) == 4, timeout=10)
+    assert order == ["high", "normal", "low", "later"]
+    first = seen[0]
+    assert (first.queue, first.priority, first.deliveries) == ("taskiq", "high", 1)
+    assert first.task_id == f"taskiq:1-{first.entry_id}"
+    assert current_delivery() is None
+    assert leftovers(rds, namespace) == 0
+
+
+async def test_bad_labels_fail_the_kick_with_the_label_named_and_write_nothing(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    broker = make_broker(url, namespace)
+
+    @broker.task(task_name="job")
+    async def job() -> None: ...
+
+    await broker.startup()
+    try:
+        for labels, words in (
+            ({"priority": 5}, "label priority='5' must be 'high', 'normal' or 'low'"),
+            ({"delay": "soon"}, "label delay='soon' must be a number of seconds"),
+            ({"dedup_key": ""}, "label dedup_key='' must be text of 1 to 512 characters"),
+            ({"dedup_key_ttl": 5}, "dedup_key_ttl is set without dedup_key"),
+        ):
+            with pytest.raises(SendTaskError) as caught:
+                await job.kicker().with_labels(**labels).kiq()
+            assert isinstance(caught.value.__cause__, EnqueueError)
+            assert words in str(caught.value.__cause__)
+    finally:
+        await broker.shutdown()
+    assert not rds.keys(f"*{namespace}*")
+
+
+async def test_a_dedup_key_keeps_one_task_and_a_duplicate_kick_returns_its_handle(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    broker = make_broker(url, namespace)
+    ran: list[int] = []
+
+    @broker.task(task_name="sync_account")
+    async def sync_account(n: int) -> None:
+        ran.append(n)
+
+    await broker.startup()
+    first = await sync_account.kicker().with_labels(dedup_key="acct-7").kiq(1)
+    second = await sync_account.kicker().with_labels(dedup_key="acct-7").kiq(2)
+    assert second.task_id == first.task_id  # the task that holds the key
+    dedup = QueueKeys.of(namespace, "taskiq").dedup("acct-7")
+    assert rds.exists(dedup)
+    async with receiving(broker):
+        await eventually(lambda: ran == [1])
+        await eventually(lambda: not rds.exists(dedup))  # released by the fenced ack
+        third = await sync_account.kicker().with_labels(dedup_key="acct-7").kiq(3)
+        assert third.task_id != first.task_id
+        await eventually(lambda: ran == [1, 3])
+    assert leftovers(rds, namespace) == 0
+
+
+async def test_a_failure_taskiq_does_not_retry_goes_to_the_dead_letters_and_retries_from_there(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    broker = make_broker(url, namespace).with_middlewares(
+        SimpleRetryMiddleware(default_retry_count=2)
+    )
+    attempts: list[str] = []
+
+    @broker.task(task_name="charge", retry_on_error=True)
+    async def charge(order: str) -> str:
+        attempts.append(order)
+        if len(attempts) <= 2:  # fails twice: the first attempt and taskiq's retry
+            raise RuntimeError(f"card declined for {order}")
+        return order
+
+    await broker.startup()
+    await charge.kiq("o-1")
+    async with receiving(broker):
+        await eventually(lambda: dead_letters(rds, namespace), timeout=10)
+        (letter,) = dead_letters(rds, namespace)
+        assert letter[b"status"] == b"failed"
+        assert letter[b"reason"] == (
+            b"failed and taskiq did not retry it: RuntimeError: card declined for o-1"
+        )
+        error = json.loads(letter[b"error"])
+        assert error["type"] == "RuntimeError" and "card declined" in error["traceback"]
+        assert attempts == ["o-1", "o-1"]  # the retry was not dead-lettered
+        consumer = broker.tether_consumer
+        assert consumer is not None
+        assert (consumer.counters.retried, consumer.counters.failed) == (1, 1)
+        # `tether dead retry` puts it back; this time it succeeds.
+        letters = broker.dead_letters()
+        (listed,) = await letters.list()
+        assert listed.task == "charge" and listed.status == "failed"
+        await letters.retry(listed.entry_id)
+        await eventually(lambda: len(attempts) == 3, timeout=10)
+        assert await letters.count() == 0
+    assert leftovers(rds, namespace) == 0
+
+
+async def test_entries_that_cannot_run_go_to_the_dead_letters_with_a_reason(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    broker = make_broker(url, namespace)
+    ran: list[str] = []
+
+    @broker.task(task_name="known")
+    async def known(tag: str) -> None:
+        ran.append(tag)
+
+    keys = QueueKeys.of(namespace, "taskiq")
+    stream = keys.stream("normal")
+    rds.xadd(stream, {"m": b"\xff not an envelope"})
+    rds.xadd(stream, {"m": json.dumps({"v": 1, "task": "t", "args": [], "enq": 0})})
+    rds.xadd(stream, {"other": "no payload field"})
+    await broker.startup()
+    await AsyncKicker("nobody.has.this", broker, {}).kiq()
+    # A message taskiq's receiver cannot parse: a valid envelope around bad taskiq bytes.
+    envelope = {"v": 1, "task": "known", "args": [], "enq": 0,
+                "taskiq": {"id": "x1", "message": "{not json"}}  # fmt: skip
+    rds.xadd(stream, {"m": json.dumps(envelope)})
+    await known.kiq("fine")
+    async with receiving(broker):
+        await eventually(lambda: len(dead_letters(rds, namespace)) == 5 and ran, timeout=10)
+    reasons = [letter[b"reason"].decode() for letter in dead_letters(rds, namespace)]
+    expected = [
+        "the payload is not UTF-8 text",
+        "the envelope carries no 'taskiq' object: it is not a taskiq message",
+        "the entry has no 'm' field",
+        "unknown task 'nobody.has.this': this taskiq worker has no task by that name",
+        "taskiq's receiver acknowledged it without running it: it could not parse the message",
+    ]
+    assert len(reasons) == len(expected)
+    for reason, start in zip(reasons, expected, strict=True):
+        assert reason.startswith(start), reasons
+    assert ran == ["fine"]
+    assert leftovers(rds, namespace) == 0
+    assert not rds.xpending(stream, GROUP)["pending"]
+
+
+async def test_smart_retry_middleware_s_delays_are_kept_and_nothing_is_dead_lettered(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """taskiq's SmartRetryMiddleware re-kicks a failed task with the same taskiq id and a
+    ``delay`` label (0.3 s, then 0.6 s with its exponent): each retry waits in Tether's
+    delayed set for that long, runs once, and the final success leaves no dead letter."""
+    broker = make_broker(url, namespace).with_middlewares(
+        SmartRetryMiddleware(default_retry_count=3, default_delay=0.3, use_delay_exponent=True)
+    )
+    starts: list[float] = []
+    seen: list[Any] = []
+
+    @broker.task(task_name="sync_inventory", retry_on_error=True)
+    async def sync_inventory(sku: str) -> str:
+        starts.append(time.time())
+        seen.append(current_delivery())
+        if len(starts) < 3:
+            raise RuntimeError(f"supplier down for {sku}")
+        return sku
+
+    keys = QueueKeys.of(namespace, "taskiq")
+    await broker.startup()
+    kicked = await sync_inventory.kiq("sku-1")
+    async with receiving(broker):
+        await eventually(lambda: len(starts) == 1, timeout=10)
+        await eventually(lambda: rds.zcard(keys.delayed) == 1)  # the retry waits there
+        await eventually(lambda: len(starts) == 3, timeout=15)
+        consumer = broker.tether_consumer
+        assert consumer is not None
+        await eventually(lambda: consumer.counters.succeeded == 1)  # the last ack went out
+        await asyncio.sleep(1.0)  # time enough for a wrongly scheduled fourth run
+        counters = consumer.counters
+        assert (counters.retried, counters.failed, counters.dead_lettered) == (2, 0, 0)
+        assert counters.succeeded == 1, "a retried attempt was counted as a success"
+    assert len(starts) == 3
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    for gap, delay in zip(gaps, (0.3, 0.6), strict=True):
+        assert delay - 0.01 <= gap <= delay + 1.0, gaps
+    # The first run was a plain kick; each retry a delayed message with a Tether id of its
+    # own around the same taskiq id.
+    ids = [d.task_id for d in seen]
+    assert ids[0].startswith("taskiq:2-")
+    assert all(i.startswith(f"taskiq:{kicked.task_id}.") for i in ids[1:]) and ids[1] != ids[2]
+    assert [d.deliveries for d in seen] == [1, 1, 1]
+    assert not dead_letters(rds, namespace)
+    assert leftovers(rds, namespace) == 0 and rds.zcard(keys.delayed) == 0
+
+
+class Watched(TetherBroker):
+    """Notes each message handed to taskiq's receiver and each ack, in order, by the first
+    argument of the task."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.events: list[tuple[str, str]] = []
+
+    async def listen(self) -> AsyncGenerator[AckableMessage, None]:
+        async for message in super().listen():
+            tag = str(self.formatter.loads(message.data).args[0])
+            self.events.append(("handed", tag))
+            yield AckableMessage(data=message.data, ack=self._noted(tag, message))
+
+    def _noted(self, tag: str, message: AckableMessage) -> Any:
+        def ack() -> Any:
+            done = message.ack()
+            self.events.append(("acked", tag))
+            return done
+
+        return ack
+
+
+GHOST_TOOK_IT = """
+local id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[1])
+local read = redis.call(
+  'XREADGROUP', 'GROUP', ARGV[2], 'ghost', 'COUNT', 1, 'STREAMS', KEYS[1], '>')
+redis.call('XCLAIM', KEYS[1], ARGV[2], 'ghost', 0, id, 'RETRYCOUNT', 2, 'JUSTID')
+return {id, read[1][2][1][1]}
+"""
+"""An entry that a worker now gone (no lease) took and started twice, written in one atomic
+step so that the live worker's own read cannot take it first."""
+
+
+async def test_a_suspect_is_handed_to_taskiq_alone(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """An entry started twice by workers that died (a suspect) reaches taskiq's receiver only
+    once nothing else is in its hands, and nothing else does until its ack, though taskiq
+    could run 8 at once and other messages wait in the broker."""
+    broker = Watched(url, namespace=namespace, **{**FAST, "max_pending": 16, "max_deliveries": 5})
+    started: list[str] = []
+    suspect_deliveries: list[int] = []
+
+    @broker.task(task_name="step")
+    async def step(tag: str, seconds: float) -> None:
+        started.append(tag)
+        if tag == "suspect":
+            delivery = current_delivery()
+            assert delivery is not None
+            suspect_deliveries.append(delivery.deliveries)
+        await asyncio.sleep(seconds)
+
+    # The suspect's message, as kick() writes it (kicked to another queue, copied below).
+    staging = TetherBroker(url, namespace=namespace, queue="staging")
+    await staging.startup()
+    await AsyncKicker("step", staging, {}).kiq("suspect", 1.5)
+    await staging.shutdown()
+    ((_, fields),) = rds.xrange(QueueKeys.of(namespace, "staging").stream("normal"))
+    keys = QueueKeys.of(namespace, "taskiq")
+    stream = keys.stream("normal")
+
+    await broker.startup()
+    for i in range(4):
+        await step.kiq(f"before{i}", 0.8)
+    async with receiving(broker, max_async_tasks=8):
+        consumer = broker.tether_consumer
+        assert consumer is not None
+
+        def held_here() -> int:
+            """Entries delivered to this worker and not acknowledged, on the three streams."""
+            return sum(
+                int(c["pending"])
+                for s in keys.streams
+                for c in rds.xpending(s, GROUP)["consumers"]
+                if c["name"].decode() == consumer.name
+            )
+
+        await eventually(lambda: len(started) == 4)  # four running in taskiq's hands
+        entry, read = rds.eval(GHOST_TOOK_IT, 1, stream, fields[b"m"], GROUP)
+        assert entry == read
+        await eventually(lambda: "suspect" in started, timeout=10)
+        for i in range(4):  # more work arrives while the suspect runs
+            await step.kicker().with_labels(priority="high").kiq(f"during{i}", 0.05)
+        # They wait in the broker, delivered to this worker, while the suspect runs.
+        await eventually(lambda: held_here() == 5, timeout=5)
+        assert ("acked", "suspect") not in broker.events
+        await eventually(lambda: len([e for e in broker.events if e[0] == "acked"]) == 9, 20)
+    assert suspect_deliveries == [3]  # its start was counted when taskiq started it
+    in_hands: set[str] = set()
+    for kind, tag in broker.events:
+        if kind == "handed":
+            if tag == "suspect":
+                assert not in_hands, f"the suspect was handed beside {in_hands}"
+            assert "suspect" not in in_hands, f"{tag} was handed while the suspect ran"
+            in_hands.add(tag)
+        else:
+            in_hands.discard(tag)
+    handed = [t for k, t in broker.events if k == "handed"]
+    assert handed[:4] == [f"before{i}" for i in range(4)] and handed[4] == "suspect"
+    assert sorted(handed[5:]) == [f"during{i}" for i in range(4)]
+    assert leftovers(rds, namespace) == 0
+
+
+class BinarySerializer(TaskiqSerializer):
+    """A serializer whose bytes are not UTF-8 (as msgpack's or CBOR's are not)."""
+
+    def dumpb(self, value: Any) -> bytes:
+        return b"\xff\x00" + json.dumps(value).encode()
+
+    def loadb(self, value: bytes) -> Any:
+        assert value.startswith(b"\xff\x00")
+        return json.loads(value[2:])
+
+
+async def test_a_binary_serializer_s_bytes_reach_taskiq_unchanged(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    broker = make_broker(url, namespace).with_serializer(BinarySerializer())
+    got: list[dict[str, int]] = []
+
+    @broker.task(task_name="binary")
+    async def binary(value: dict[str, int]) -> None:
+        got.append(value)
+
+    await broker.startup()
+    await binary.kiq({"n": 7})
+    ((_, fields),) = rds.xrange(QueueKeys.of(namespace, "taskiq").stream("normal"))
+    carried = json.loads(fields[b"m"])["taskiq"]
+    assert "message" not in carried
+    assert base64.b64decode(carried["message_b64"]).startswith(b"\xff\x00")
+    async with receiving(broker):
+        await eventually(lambda: got == [{"n": 7}])
+    assert leftovers(rds, namespace) == 0
+
+
+def test_bad_settings_fail_when_the_broker_is_made() -> None:
+    with pytest.raises(ConfigError, match=r"heartbeat_ttl=1\.0 must exceed heartbeat_interval"):
+        TetherBroker("redis://localhost:1/0", heartbeat_interval=2, heartbeat_ttl=1)
+    with pytest.raises(ConfigError, match="queue 'no spaces' is not a valid name"):
+        TetherBroker("redis://localhost:1/0", queue="no spaces")
+    with pytest.raises(ConfigError, match="max_pending=0"):
+        TetherBroker("redis://localhost:1/0", max_pending=0)
+    with pytest.raises(ConfigError, match="url scheme 'http' is unknown"):
+        TetherBroker("http://localhost")
+    with pytest.raises(ConfigError, match="ack_linger=-1"):
+        TetherBroker("redis://localhost:1/0", ack_linger=-1)
+    with pytest.raises(ConfigError, match="ack_linger=3 must stay below heartbeat_interval=2"):
+        TetherBroker("redis://localhost:1/0", ack_linger=3)
+
+
+@pytest.mark.cluster
+async def test_sentinel_url(sentinel: LocalSentinel, namespace: str) -> None:
+    broker = TetherBroker(sentinel.url, namespace=namespace, **{**FAST, "heartbeat_ttl": 2.0})
+    done: list[int] = []
+
+    @broker.task(task_name="job")
+    async def job(i: int) -> None:
+        done.append(i)
+
+    await broker.startup()
+    await job.kiq(1)
+    async with receiving(broker):
+        await eventually(lambda: done == [1], timeout=10)
