@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -29,6 +28,8 @@ MARK = "PYTEST_TETHER_RUN"
 """Not ``TETHER_*``: the suite clears those from every test's environment."""
 
 _PROC = Path("/proc")
+_held_open: list[int] = []
+"""The write end of the watchdog's pipe: never closed, never inherited."""
 
 
 _RUN_DIR = re.compile(r"tether-tests-(\d+)-")
@@ -125,17 +126,19 @@ def start(basetemp: Path) -> str | None:
     mark = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
     run_dir = tempfile.mkdtemp(prefix=f"tether-tests-{os.getpid()}-")
     read_end, write_end = os.pipe()
-    subprocess.Popen(
+    _held_open.append(write_end)
+    os.set_inheritable(read_end, True)  # the write end stays ours alone: EOF means we are gone
+    devnull = os.open(os.devnull, os.O_RDWR)
+    # posix_spawn, not Popen: no object whose collection would warn that the child still runs.
+    os.posix_spawn(
+        sys.executable,
         [sys.executable, "-c", _WATCHDOG, mark, str(read_end), run_dir, str(basetemp)],
-        pass_fds=(read_end,),
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        dict(os.environ),
+        file_actions=[(os.POSIX_SPAWN_DUP2, devnull, fd) for fd in (0, 1, 2)],
+        setsid=True,  # a Ctrl-C in the terminal reaches the run, not its watchdog
     )
     os.close(read_end)
-    # Inherited by nothing: only this process holds the write end, so EOF means it is gone.
-    os.set_inheritable(write_end, False)
+    os.close(devnull)
     os.environ[MARK] = mark
     os.environ["TMPDIR"] = run_dir  # the servers' data folders, and every other temporary file
     tempfile.tempdir = None

@@ -245,8 +245,10 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_ack(
     workers.append(b)
     wait_until(lambda: len(starts(rds, namespace)) == 2, timeout=10)  # b claimed it
     assert starts(rds, namespace)[1].pid == b.pid
-    time.sleep(1.6 - (time.time() - starts(rds, namespace)[0].at) % 1.6)
-    a.signal(signal.SIGCONT)  # a's sleep is over: it finishes and tries to ack
+    # At once: a's run ends at most 1.5 s later, while b (whose run takes 1.5 s from now) still
+    # holds the entry; a tries to ack it and finds it claimed. (Waiting longer lets b finish
+    # first on a loaded machine: then a finds it no longer pending, a different report.)
+    a.signal(signal.SIGCONT)
     wait_until(lambda: "lost lease" in a.log(), timeout=10)
     wait_until(lambda: len(runs(rds, namespace)) == 2, timeout=10)
     keys = QueueKeys.of(namespace, "default")
