@@ -48,13 +48,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Most tests wait on servers and processes, not on the CPU: two workers per core (at
+    """Most tests wait on servers and processes, not on the CPU: three workers per core (at
     least two, at most eight: each worker starts its own servers)."""
-    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+    return max(2, min(8, 3 * (os.cpu_count() or 1)))
 
 
-def kinds_for(metafunc: pytest.Metafunc) -> list[str]:
-    if metafunc.config.getoption("--all-kinds") or metafunc.definition.get_closest_marker("compat"):
+def kinds_for(metafunc: pytest.Metafunc, fixture: str) -> list[str]:
+    """Both kinds for ``--all-kinds`` and for a compat test's standalone server; the primary
+    kind for the rest (and for a Cluster or Sentinel group: one of each kind per run would
+    cost more than it proves; the failover chaos test runs its own on redis-server)."""
+    if metafunc.config.getoption("--all-kinds"):
+        return SERVER_KINDS
+    definition = metafunc.definition
+    if (
+        fixture == "server"
+        and definition.get_closest_marker("compat")
+        and not definition.get_closest_marker("primary_kind")
+    ):
         return SERVER_KINDS
     return [PRIMARY_KIND]
 
@@ -70,7 +80,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name in _PER_KIND_FIXTURES:
         if name in metafunc.fixturenames and not _chosen_by_the_test(metafunc, name):
             scope = "function" if name == "server" else "session"
-            metafunc.parametrize(name, kinds_for(metafunc), indirect=True, scope=scope)
+            metafunc.parametrize(name, kinds_for(metafunc, name), indirect=True, scope=scope)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

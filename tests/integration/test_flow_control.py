@@ -165,6 +165,7 @@ def admissions(workers: list[WorkerProcess]) -> list[float]:
     return sorted(out)
 
 
+@pytest.mark.primary_kind  # long and timed; its scripts run on both kinds elsewhere
 def test_four_workers_keep_a_rate_limit_within_five_percent_and_never_burst_past_it(
     url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
@@ -213,6 +214,7 @@ def test_four_workers_keep_a_rate_limit_within_five_percent_and_never_burst_past
     assert late <= 0.1 * rate, f"{late:.2f}/s of the starts missed: the workers were too late"
 
 
+@pytest.mark.primary_kind  # long and timed; its scripts run on both kinds elsewhere
 def test_a_backlog_being_read_costs_a_rate_limit_none_of_its_starts(
     url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
@@ -276,6 +278,7 @@ def command_rate(rds: redis.Redis, seconds: float) -> float:
     return (total() - before - 1) / seconds
 
 
+@pytest.mark.primary_kind  # long and timed; its scripts run on both kinds elsewhere
 def test_tasks_held_back_by_limits_cost_no_more_commands_than_an_idle_worker(
     server: ServerInfo, namespace: str, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
@@ -365,6 +368,7 @@ async def test_a_busy_key_waiting_for_its_slots_takes_no_rate_tokens_from_a_quie
     assert min(gaps) > 0.1 - JITTER, "the rate was exceeded"
 
 
+@pytest.mark.primary_kind  # long and timed; its scripts run on both kinds elsewhere
 def test_a_busy_key_waiting_for_its_key_rate_takes_no_task_wide_start_times_from_a_quiet_key(
     url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:

@@ -160,7 +160,8 @@ def test_sigterm_hands_buffered_entries_to_another_worker_at_once(
     )
     workers.append(a)
     a.wait_ready(rds)
-    enqueue(url, namespace, "slow", *[(f"t{i}", 1.0) for i in range(5)])
+    # The first outlasts b's start (a starts no second one before its SIGTERM), the rest wait.
+    enqueue(url, namespace, "slow", ("t0", 4.0), *[(f"t{i}", 1.0) for i in range(1, 5)])
     wait_until(lambda: len(starts(rds, namespace)) == 1)
     wait_until(lambda: len(pending(rds, namespace)) == 5)
     b = WorkerProcess(url, namespace, "b", log_dir=tmp_path, concurrency=4, **slow_lease)
@@ -249,7 +250,10 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_ack(
     # holds the entry; a tries to ack it and finds it claimed. (Waiting longer lets b finish
     # first on a loaded machine: then a finds it no longer pending, a different report.)
     a.signal(signal.SIGCONT)
-    wait_until(lambda: "lost lease" in a.log(), timeout=10)
+    try:
+        wait_until(lambda: "lost lease" in a.log(), timeout=10)
+    except AssertionError:
+        raise AssertionError(f"a did not report the lost lease:\n{a.log()}\n{b.log()}") from None
     wait_until(lambda: len(runs(rds, namespace)) == 2, timeout=10)
     keys = QueueKeys.of(namespace, "default")
     wait_until(lambda: rds.exists(keys.result(task_id)), timeout=10)

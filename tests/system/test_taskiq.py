@@ -119,13 +119,16 @@ def test_a_task_running_3x_the_lease_on_a_blocked_loop_is_delivered_once(
     url: str, namespace: str, rds: redis.Redis, tmp_path: Path, taskiq_workers: list[TaskiqWorker]
 ) -> None:
     """taskiq-redis #101: reclaim by idle time hands a long task to a second worker."""
-    a = TaskiqWorker(url, namespace, "a", log_dir=tmp_path)
-    b = TaskiqWorker(url, namespace, "b", log_dir=tmp_path)
+    # A 1.5 s lease (not the suite's 0.5 s): the renewing thread shares two cores with the
+    # whole parallel suite, and a lease shorter than a scheduling stall there lapses for real.
+    ttl = 1.5
+    a = TaskiqWorker(url, namespace, "a", log_dir=tmp_path, heartbeat_ttl=ttl)
+    b = TaskiqWorker(url, namespace, "b", log_dir=tmp_path, heartbeat_ttl=ttl)
     taskiq_workers += [a, b]
     a.wait_ready(rds)
     b.wait_ready(rds)
     # The event loop is blocked by CPU work for the whole run: three lease lifetimes.
-    kiq(url, namespace, "hog", ("long", 3 * TTL, 3 * TTL))
+    kiq(url, namespace, "hog", ("long", 3 * ttl, 3 * ttl))
     wait_until(lambda: starts(rds, namespace), timeout=10)
     seen: set[tuple[Any, Any]] = set()
     deadline = time.monotonic() + 15
