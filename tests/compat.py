@@ -69,9 +69,12 @@ class _Check:
         seen: set[str] = set()
         for path in Path(os.environ[_DIR]).glob("*.json"):
             seen.update(json.loads(path.read_text()))
-        missing = sorted(set(all_scripts().values()) - seen)
+        names = set(all_scripts().values())
+        missing = sorted(names - seen)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if not missing and reporter is not None:
+            reporter.write_line(f"compat: each of the {len(names)} scripts ran on redis-server")
         if missing:
-            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             message = (
                 "compat: these scripts ran on no redis-server (mark a test that runs them "
                 f"`compat`, or install redis-server): {', '.join(missing)}"
