@@ -164,7 +164,8 @@ def test_shutdown_handoff_on_a_cluster(
     )
     workers.append(a)
     a.wait_ready(crds)
-    enqueue(url, namespace, "slow", *[(f"t{i}", 1.0) for i in range(4)])
+    # The first outlasts b's start (a starts no second one before its SIGTERM), the rest wait.
+    enqueue(url, namespace, "slow", ("t0", 4.0), *[(f"t{i}", 1.0) for i in range(1, 4)])
     wait_until(lambda: pending_total(crds, namespace, "default") == 4)
     b = WorkerProcess(url, namespace, "b", log_dir=tmp_path, concurrency=4, **slow_lease)
     workers.append(b)
