@@ -62,7 +62,9 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the watchdog finds processes in /proc")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda sig: sig.name)
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda sig: sig.name
+)
 def test_a_stopped_run_leaves_no_server_or_worker(tmp_path: Path, sig: signal.Signals) -> None:
     (tmp_path / "test_inner.py").write_text(INNER_TEST)
     basetemp = tmp_path / "basetemp"
