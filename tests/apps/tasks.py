@@ -67,6 +67,19 @@ async def slow(tag: str, seconds: float) -> str:
 
 
 @app.task
+async def gated(tag: str) -> str:
+    """Runs until the test sets the key ``<namespace>:gate:<tag>`` (at most 60 s): a task that
+    is surely still running when the test acts, however slow the machine."""
+    await _note(starts_key(), tag)
+    deadline = time.monotonic() + 60
+    while not await _redis().exists(f"{app.namespace}:gate:{tag}"):
+        assert time.monotonic() < deadline, "the gate never opened"
+        await asyncio.sleep(0.02)
+    await _note(runs_key(), tag)
+    return f"{tag}|{os.getpid()}"
+
+
+@app.task
 async def hog(tag: str, seconds: float, cpu_seconds: float) -> str:
     """Runs ``seconds`` in all, blocking the event loop with CPU work for ``cpu_seconds``."""
     await _note(starts_key(), tag)

@@ -164,8 +164,10 @@ def test_shutdown_handoff_on_a_cluster(
     )
     workers.append(a)
     a.wait_ready(crds)
-    # The first outlasts b's start (a starts no second one before its SIGTERM), the rest wait.
-    enqueue(url, namespace, "slow", ("t0", 4.0), *[(f"t{i}", 1.0) for i in range(1, 4)])
+    # The first runs until the test opens its gate (a starts no second one before its
+    # SIGTERM, however slow the machine); the other three wait in a's buffer.
+    enqueue(url, namespace, "gated", ("t0",))
+    enqueue(url, namespace, "slow", *[(f"t{i}", 1.0) for i in range(1, 4)])
     wait_until(lambda: pending_total(crds, namespace, "default") == 4)
     b = WorkerProcess(url, namespace, "b", log_dir=tmp_path, concurrency=4, **slow_lease)
     workers.append(b)
@@ -176,6 +178,7 @@ def test_shutdown_handoff_on_a_cluster(
     picked = [s for s in read_runs(crds, f"{namespace}:starts") if s.pid == b.pid]
     assert len(picked) == 3
     assert max(s.at for s in picked) - sent < 1.5 < slow_lease["heartbeat_ttl"]
+    crds.set(f"{namespace}:gate:t0", 1)
     assert a.wait(20) == 0
 
 

@@ -160,8 +160,10 @@ def test_sigterm_hands_buffered_entries_to_another_worker_at_once(
     )
     workers.append(a)
     a.wait_ready(rds)
-    # The first outlasts b's start (a starts no second one before its SIGTERM), the rest wait.
-    enqueue(url, namespace, "slow", ("t0", 4.0), *[(f"t{i}", 1.0) for i in range(1, 5)])
+    # The first runs until the test opens its gate (a starts no second one before its
+    # SIGTERM, however slow the machine); the other four wait in a's buffer.
+    enqueue(url, namespace, "gated", ("t0",))
+    enqueue(url, namespace, "slow", *[(f"t{i}", 1.0) for i in range(1, 5)])
     wait_until(lambda: len(starts(rds, namespace)) == 1)
     wait_until(lambda: len(pending(rds, namespace)) == 5)
     b = WorkerProcess(url, namespace, "b", log_dir=tmp_path, concurrency=4, **slow_lease)
@@ -176,6 +178,7 @@ def test_sigterm_hands_buffered_entries_to_another_worker_at_once(
     assert latest < RECLAIM + MARGIN < slow_lease["heartbeat_ttl"], f"pickup took {latest:.3f}s"
     # they never started on a: the handoff gave back the delivery they used
     assert all(s.deliveries == 1 for s in picked)
+    rds.set(f"{namespace}:gate:t0", 1)
     assert a.wait(20) == 0  # the running task finished within shutdown_grace
     wait_until(lambda: len(runs(rds, namespace)) == 5, timeout=10)
     assert len({r.tag for r in runs(rds, namespace)}) == 5
