@@ -51,6 +51,9 @@ def record_scripts_seen(url: str) -> None:
 
 
 class _Check:
+    def __init__(self) -> None:
+        self.verdict: tuple[bool, str] | None = None
+
     @staticmethod
     def whole_run(session: pytest.Session) -> bool:
         config = session.config
@@ -71,14 +74,17 @@ class _Check:
             seen.update(json.loads(path.read_text()))
         names = set(all_scripts().values())
         missing = sorted(names - seen)
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if not missing and reporter is not None:
-            reporter.write_line(f"compat: each of the {len(names)} scripts ran on redis-server")
         if missing:
-            message = (
+            self.verdict = (
+                False,
                 "compat: these scripts ran on no redis-server (mark a test that runs them "
-                f"`compat`, or install redis-server): {', '.join(missing)}"
+                f"`compat`, or install redis-server): {', '.join(missing)}",
             )
-            if reporter is not None:
-                reporter.write_line(message, red=True)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        else:
+            self.verdict = (True, f"compat: each of the {len(names)} scripts ran on redis-server")
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.verdict is not None:
+            passed, message = self.verdict
+            terminalreporter.write_line(message, green=passed, red=not passed)
