@@ -53,6 +53,17 @@ async def slow(tag: str, seconds: float) -> str:
     return tag
 
 
+@broker.task(task_name="slow_then_slower")
+async def slow_then_slower(tag: str, first: float, later: float) -> str:
+    """Sleeps ``first`` seconds on its first delivery and ``later`` on any other: the worker
+    that took it over still holds it when the first one finishes."""
+    await _note("starts", tag)
+    delivery = current_delivery()
+    await asyncio.sleep(first if delivery is None or delivery.deliveries == 1 else later)
+    await _note("runs", tag)
+    return tag
+
+
 @broker.task(task_name="gated")
 async def gated(tag: str) -> str:
     """Runs until the test sets the key ``<namespace>:gate:<tag>`` (at most 60 s)."""

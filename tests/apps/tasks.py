@@ -67,6 +67,16 @@ async def slow(tag: str, seconds: float) -> str:
 
 
 @app.task
+async def slow_then_slower(tag: str, first: float, later: float) -> str:
+    """Sleeps ``first`` seconds on its first delivery and ``later`` on any other: the worker
+    that took it over still holds it when the first one finishes."""
+    await _note(starts_key(), tag)
+    await asyncio.sleep(first if current_task().deliveries == 1 else later)
+    await _note(runs_key(), tag)
+    return f"{tag}|{os.getpid()}"
+
+
+@app.task
 async def gated(tag: str) -> str:
     """Runs until the test sets the key ``<namespace>:gate:<tag>`` (at most 60 s): a task that
     is surely still running when the test acts, however slow the machine."""

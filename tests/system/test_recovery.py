@@ -242,16 +242,15 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_ack(
     a = WorkerProcess(url, namespace, "a", log_dir=tmp_path)
     workers.append(a)
     a.wait_ready(rds)
-    (task_id,) = enqueue(url, namespace, "slow", ("fenced", 1.5))
+    # a's run ends within 1.5 s of its resumption; b's (a second delivery) takes 6 s, so b
+    # surely holds the entry when a tries to ack it, however slow the machine.
+    (task_id,) = enqueue(url, namespace, "slow_then_slower", ("fenced", 1.5, 6.0))
     wait_until(lambda: len(starts(rds, namespace)) == 1)
     a.signal(signal.SIGSTOP)
     b = WorkerProcess(url, namespace, "b", log_dir=tmp_path)
     workers.append(b)
     wait_until(lambda: len(starts(rds, namespace)) == 2, timeout=10)  # b claimed it
     assert starts(rds, namespace)[1].pid == b.pid
-    # At once: a's run ends at most 1.5 s later, while b (whose run takes 1.5 s from now) still
-    # holds the entry; a tries to ack it and finds it claimed. (Waiting longer lets b finish
-    # first on a loaded machine: then a finds it no longer pending, a different report.)
     a.signal(signal.SIGCONT)
     try:
         wait_until(lambda: "lost lease" in a.log(), timeout=10)

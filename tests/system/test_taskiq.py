@@ -336,7 +336,9 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_ack(
     a = TaskiqWorker(url, namespace, "a", log_dir=tmp_path)
     taskiq_workers.append(a)
     a.wait_ready(rds)
-    kiq(url, namespace, "slow", ("fenced", 1.5))
+    # a's run ends within 1.5 s of its resumption; b's (a second delivery) takes 6 s, so b
+    # surely holds the entry when a tries to ack it, however slow the machine.
+    kiq(url, namespace, "slow_then_slower", ("fenced", 1.5, 6.0))
     wait_until(lambda: len(starts(rds, namespace)) == 1)
     frozen = a.child()
     os.kill(frozen, signal.SIGSTOP)
@@ -344,10 +346,8 @@ def test_a_frozen_worker_that_wakes_after_losing_its_lease_cannot_ack(
         b = TaskiqWorker(url, namespace, "b", log_dir=tmp_path)
         taskiq_workers.append(b)
         wait_until(lambda: len(starts(rds, namespace)) == 2, timeout=10)  # b claimed it
-        first, second = starts(rds, namespace)
+        _, second = starts(rds, namespace)
         assert second.pid == b.child()
-        # Wake a once its own sleep is over and while b still runs the task.
-        time.sleep(max(0.0, max(first.at + 1.55, second.at + 0.05) - time.time()))
     finally:
         os.kill(frozen, signal.SIGCONT)
     wait_until(lambda: "lost lease" in a.log(), timeout=10)
