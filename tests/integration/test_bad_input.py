@@ -13,6 +13,8 @@ from tether._keys import QueueKeys
 
 from ..helpers import eventually, running_worker
 
+pytestmark = pytest.mark.compat  # on every server kind: see tests/compat.py
+
 
 def dead_entries(rds: redis.Redis, keys: QueueKeys) -> list[dict[bytes, bytes]]:
     return [fields for _, fields in rds.xrange(keys.dead)]

@@ -29,6 +29,8 @@ from tether.contrib.taskiq import TetherBroker, current_delivery
 from ..helpers import FAST, eventually
 from ..servers import LocalSentinel
 
+pytestmark = pytest.mark.compat  # on every server kind: see tests/compat.py
+
 
 def make_broker(url: str, namespace: str, **options: Any) -> TetherBroker:
     return TetherBroker(url, namespace=namespace, **{**FAST, "max_pending": 8, **options})

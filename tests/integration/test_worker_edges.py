@@ -28,6 +28,8 @@ from tether._keys import QueueKeys
 
 from ..helpers import FAST, ServerInfo, eventually, running_worker
 
+pytestmark = pytest.mark.compat  # on every server kind: see tests/compat.py
+
 
 def dead_reasons(rds: redis.Redis, keys: QueueKeys) -> list[str]:
     return [fields[b"reason"].decode() for _, fields in rds.xrange(keys.dead)]
