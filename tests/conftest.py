@@ -29,8 +29,8 @@ PRIMARY_KIND = "valkey"
 SERVER_KINDS = [PRIMARY_KIND] + (["redis"] if shutil.which("redis-server") else [])
 """Every kind this machine has (``scripts/test`` installs redis-server where it can)."""
 
-_PER_KIND_FIXTURES = ("server", "_cluster_session", "_sentinel_session")
 _SHARED_GROUPS = {"_cluster_session": "cluster", "_sentinel_session": "sentinel"}
+_PER_KIND_FIXTURES = ("server", *_SHARED_GROUPS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -70,10 +70,14 @@ def kinds_for(metafunc: pytest.Metafunc, fixture: str) -> list[str]:
 
 
 def _chosen_by_the_test(metafunc: pytest.Metafunc, name: str) -> bool:
-    return any(
-        marker.args and name in str(marker.args[0])
-        for marker in metafunc.definition.iter_markers("parametrize")
-    )
+    """Whether the test parametrizes ``name`` itself (``"a,b"`` or a list of names)."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else ()
+        if isinstance(names, str):
+            names = names.split(",")
+        if name in (n.strip() for n in names):
+            return True
+    return False
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

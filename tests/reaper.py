@@ -22,32 +22,36 @@ import signal
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 MARK = "PYTEST_TETHER_RUN"
 """Not ``TETHER_*``: the suite clears those from every test's environment."""
 
 _PROC = Path("/proc")
-_held_open: list[int] = []
-"""The write end of the watchdog's pipe: never closed, never inherited."""
-
-
 _RUN_DIR = re.compile(r"tether-tests-(\d+)-")
 
 
-def _cwd_under(pid: int, folders: list[str]) -> bool:
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return False
-    return any(cwd == folder or cwd.startswith(folder.rstrip("/") + "/") for folder in folders)
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    mark: str | None
+    """The run mark it inherited, if any."""
+    cwd: str | None
+    """Its working folder, if readable."""
+
+    def under(self, folders: list[str]) -> bool:
+        return self.cwd is not None and any(
+            self.cwd == folder or self.cwd.startswith(folder.rstrip("/") + "/")
+            for folder in folders
+        )
 
 
-def marked_processes() -> dict[int, str]:
-    """PID -> run mark of every process that carries one (this process excepted)."""
-    found: dict[int, str] = {}
+def processes() -> Iterator[Process]:
+    """Every process but this one, with its run mark and working folder (one pass of /proc)."""
     if not _PROC.is_dir():
-        return found
+        return
     needle = f"{MARK}=".encode()
     for entry in _PROC.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -55,22 +59,31 @@ def marked_processes() -> dict[int, str]:
         try:
             environ = (entry / "environ").read_bytes()
         except OSError:
-            continue  # gone, or not ours to read
-        for item in environ.split(b"\0"):
-            if item.startswith(needle):
-                found[int(entry.name)] = item[len(needle) :].decode(errors="replace")
-                break
-    return found
+            environ = b""  # gone, or not ours to read
+        try:
+            cwd: str | None = os.readlink(entry / "cwd")
+        except OSError:
+            cwd = None
+        mark = next(
+            (item[len(needle) :].decode(errors="replace") for item in environ.split(b"\0")
+             if item.startswith(needle)),
+            None,
+        )  # fmt: skip
+        yield Process(int(entry.name), mark, cwd)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie is gone in all but name (its parent has not reaped it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _kill(pid: int) -> bool:
@@ -88,29 +101,26 @@ def _owner(mark: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
-def stop_run(mark: str, folders: list[str]) -> list[int]:
-    """Stop every process of the run ``mark``: marked with it, or running in ``folders``."""
-    pids = {pid for pid, found in marked_processes().items() if found == mark}
-    if _PROC.is_dir():
-        pids |= {
-            int(entry.name)
-            for entry in _PROC.iterdir()
-            if entry.name.isdigit() and _cwd_under(int(entry.name), folders)
-        }
-    pids.discard(os.getpid())
-    return [pid for pid in pids if _kill(pid)]
+def stop_run(mark: str | None, folders: list[str]) -> list[int]:
+    """Stop every process of a run: marked with ``mark``, or running in ``folders``."""
+    return [
+        p.pid
+        for p in processes()
+        if ((mark is not None and p.mark == mark) or p.under(folders)) and _kill(p.pid)
+    ]
 
 
 def stop_orphans() -> list[int]:
     """Stop what runs whose owner is gone left behind, and remove their ``TMPDIR``."""
     stopped = [
-        pid for pid, mark in marked_processes().items() if not _alive(_owner(mark)) and _kill(pid)
+        p.pid
+        for p in processes()
+        if p.mark is not None and not alive(_owner(p.mark)) and _kill(p.pid)
     ]
-    root = Path(tempfile.gettempdir())
-    for folder in root.glob("tether-tests-*"):
+    for folder in Path(tempfile.gettempdir()).glob("tether-tests-*"):
         found = _RUN_DIR.match(folder.name)
-        if found and not _alive(int(found.group(1))):
-            stopped += stop_run("", [str(folder)])
+        if found and not alive(int(found.group(1))):
+            stopped += stop_run(None, [str(folder)])
             shutil.rmtree(folder, ignore_errors=True)
     return stopped
 
@@ -125,9 +135,10 @@ def start(basetemp: Path) -> str | None:
         sys.stderr.write(f"stopped {len(leftovers)} processes left by an earlier test run\n")
     mark = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
     run_dir = tempfile.mkdtemp(prefix=f"tether-tests-{os.getpid()}-")
-    read_end, write_end = os.pipe()
-    _held_open.append(write_end)
-    os.set_inheritable(read_end, True)  # the write end stays ours alone: EOF means we are gone
+    # The write end stays open in this process alone (not inheritable, never closed): EOF on
+    # the read end means this process is gone.
+    read_end, _ = os.pipe()
+    os.set_inheritable(read_end, True)
     devnull = os.open(os.devnull, os.O_RDWR)
     # posix_spawn, not Popen: no object whose collection would warn that the child still runs.
     os.posix_spawn(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..helpers import ROOT, wait_until
-from ..reaper import MARK, marked_processes
+from ..reaper import MARK, alive, processes
 
 INNER_TEST = """
 import time
@@ -36,29 +36,11 @@ def test_waits_with_a_server_and_a_worker(tmp_path):
 
 def _started_by(run_pid: int) -> list[int]:
     """Processes of the run owned by ``run_pid``: by mark, or by folder."""
-    found = [pid for pid, mark in marked_processes().items() if mark.startswith(f"{run_pid}:")]
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        if f"/tether-tests-{run_pid}-" in cwd:
-            found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone in all but name: its parent (the stopped run) has not reaped it yet.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    return [
+        p.pid
+        for p in processes()
+        if (p.mark or "").startswith(f"{run_pid}:") or f"/tether-tests-{run_pid}-" in (p.cwd or "")
+    ]
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the watchdog finds processes in /proc")
@@ -84,12 +66,12 @@ def test_a_stopped_run_leaves_no_server_or_worker(tmp_path: Path, sig: signal.Si
         up = tmp_path / "up"
         wait_until(lambda: up.exists() and up.read_text(), timeout=60)
         server_pid, worker_pid = (int(pid) for pid in up.read_text().split())
-        assert _alive(server_pid) and _alive(worker_pid)
+        assert alive(server_pid) and alive(worker_pid)
         assert set(_started_by(inner.pid)) >= {worker_pid}
         inner.send_signal(sig)
         inner.wait(30)
-        wait_until(lambda: not _alive(server_pid) and not _alive(worker_pid), timeout=15)
-        wait_until(lambda: not [p for p in _started_by(inner.pid) if _alive(p)], timeout=15)
+        wait_until(lambda: not alive(server_pid) and not alive(worker_pid), timeout=15)
+        wait_until(lambda: not [p for p in _started_by(inner.pid) if alive(p)], timeout=15)
     finally:
         if inner.poll() is None:
             inner.kill()

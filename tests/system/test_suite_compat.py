@@ -7,12 +7,9 @@ fails all the same, naming the scripts that never ran on redis-server."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from ..helpers import ROOT
 from ..reaper import MARK
@@ -35,30 +32,19 @@ def test_one_script(server):
     client.close()
 """
 
-INNER_CONFIG = """[pytest]
-testpaths = inner
-addopts = -m 'not long' -p tests.conftest -p no:cacheprovider
-markers =
-    compat: on both kinds
-    primary_kind: on the primary kind
-    long: minutes
-"""
 
-
-@pytest.mark.skipif(not shutil.which("redis-server"), reason="scripts/test installs it")
 def test_a_whole_run_that_leaves_a_script_out_fails_and_names_it(tmp_path: Path) -> None:
     (tmp_path / "inner").mkdir()
     (tmp_path / "inner" / "test_inner.py").write_text(INNER_TEST)
-    (tmp_path / "pytest.ini").write_text(INNER_CONFIG)
     env = {k: v for k, v in os.environ.items() if k not in (MARK, "PYTEST_TETHER_COMPAT_DIR")}
     env["PYTHONPATH"] = str(ROOT)
+    # The suite's own configuration and conftest, over the inner folder: a whole run of it.
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "tests.conftest",
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-o", "testpaths=inner",
+    ]  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert "2 passed" in done.stdout, done.stdout + done.stderr
     assert done.returncode == 1, done.stdout
