@@ -14,18 +14,21 @@ from ._config import Backoff
 from ._context import TaskContext, current_task
 from ._envelope import JsonSerializer, Serializer
 from ._errors import (
+    ArgumentSerializationError,
     BlockingCallError,
     ConfigError,
     EnqueueError,
     NotOpen,
     QueueNotFound,
     RateLimited,
+    ResultSerializationError,
     ResultTimeout,
     Retry,
     SerializationError,
     ServerError,
     TaskFailed,
     TaskNotFound,
+    TaskTimeout,
     TetherError,
 )
 from ._handle import TaskHandle
@@ -37,6 +40,7 @@ from ._version import __version__
 from .worker import Worker, WorkerCounters
 
 __all__ = [
+    "ArgumentSerializationError",
     "Backoff",
     "BlockingCallError",
     "CancelResult",
@@ -48,6 +52,7 @@ __all__ = [
     "PRIORITIES",
     "QueueNotFound",
     "RateLimited",
+    "ResultSerializationError",
     "ResultTimeout",
     "Retry",
     "SerializationError",
@@ -60,6 +65,7 @@ __all__ = [
     "TaskHandle",
     "TaskNotFound",
     "TaskStatus",
+    "TaskTimeout",
     "Tether",
     "TetherError",
     "Worker",

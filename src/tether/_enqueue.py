@@ -29,7 +29,7 @@ from ._envelope import (
     find_unserializable,
     plain_encoder,
 )
-from ._errors import EnqueueError, SerializationError
+from ._errors import ArgumentSerializationError, EnqueueError
 from ._faults import Fault, classify, describe_error, is_pool_exhausted
 from ._handle import TaskHandle
 from ._keys import derived_task_id
@@ -573,13 +573,13 @@ def _serialization_error(
 ) -> EnqueueError:
     found = find_unserializable(serializer, bound)
     if found is None:
-        return SerializationError(
+        return ArgumentSerializationError(
             f"task {task!r}: the arguments cannot be serialized by the {serializer.name} "
             f"serializer: {exc}"
         )
     name, error = found
     value = bound[name]
-    return SerializationError(
+    return ArgumentSerializationError(
         f"task {task!r}: argument {name!r} ({type(value).__name__}) cannot be serialized by "
         f"the {serializer.name} serializer: {error}"
     )

@@ -1,16 +1,23 @@
 """Every exception Tether raises on purpose.
 
     TetherError
-    ├── ConfigError             a setting or URL is invalid (raised at start-up)
-    ├── ServerError             the Redis server cannot be used (too old, wrong mode)
-    ├── EnqueueError            a task could not be enqueued; nothing was written
-    │   └── SerializationError  an argument cannot be encoded by the serializer
-    ├── TaskNotFound            no task with that id is known (never existed or expired)
-    ├── QueueNotFound           no queue of that name is known (no worker, task or key names it)
-    ├── TaskFailed              the task ended without a value (remote type, message, traceback)
-    ├── ResultTimeout           waiting for a result took longer than asked
-    ├── NotOpen                 the app has no open connection (use ``async with app``)
-    └── BlockingCallError       a blocking ``*_sync`` call was made on an event loop's thread
+    ├── ConfigError                     a setting or URL is invalid (raised at start-up)
+    ├── ServerError                     the Redis server cannot be used (too old, wrong mode)
+    ├── EnqueueError                    a task could not be enqueued; nothing was written
+    │   └── ArgumentSerializationError  an argument cannot be encoded by the serializer
+    ├── SerializationError              a value cannot go through the serializer (either kind)
+    │   ├── ArgumentSerializationError  (the same class: an enqueue error too)
+    │   └── ResultSerializationError    a task's result cannot be encoded or decoded
+    ├── TaskNotFound                    no task with that id is known (never existed or expired)
+    ├── QueueNotFound                   no queue of that name is known (nothing names it)
+    ├── TaskFailed                      the task ended without a value (remote type, message)
+    ├── TaskTimeout                     a task ran past its timeout (``tether.TaskTimeout``)
+    ├── ResultTimeout                   waiting for a result took longer than asked
+    ├── NotOpen                         the app has no open connection (use ``async with app``)
+    └── BlockingCallError               a blocking ``*_sync`` call on an event loop's thread
+
+Internal errors of the worker (an entry that cannot be run, a taskiq message lost to another
+worker) derive from ``TetherError`` directly.
 
 ``Retry`` and ``RateLimited`` are not errors: a task raises them to ask for another attempt
 (``RateLimited`` without counting one).
@@ -41,8 +48,20 @@ class EnqueueError(TetherError):
     """The underlying error of the server or the network, if any."""
 
 
-class SerializationError(EnqueueError, TypeError):
-    """An argument or a result cannot be encoded. The message names the task and argument."""
+class SerializationError(TetherError, TypeError):
+    """A value cannot go through the app's serializer. Catch this to handle both kinds:
+    :class:`ArgumentSerializationError` (an enqueue's arguments) and
+    :class:`ResultSerializationError` (a task's result)."""
+
+
+class ArgumentSerializationError(SerializationError, EnqueueError):
+    """An argument cannot be encoded, so the task was not enqueued. The message names the
+    task and the argument. An :class:`EnqueueError` too: nothing was written."""
+
+
+class ResultSerializationError(SerializationError):
+    """A task's result cannot be encoded by the serializer (the attempt fails with it), or a
+    stored result cannot be decoded when it is read."""
 
 
 class TaskNotFound(TetherError, LookupError):
@@ -52,6 +71,19 @@ class TaskNotFound(TetherError, LookupError):
 class QueueNotFound(TetherError, LookupError):
     """No queue of this name is known: no worker serves it, no task of the app names it,
     and it has no keys."""
+
+
+class TaskTimeout(TetherError, TimeoutError):
+    """A task ran past its timeout; the attempt fails with this error and is retried per the
+    task's policy."""
+
+    # Results, dead letters, statistics and traces record an error by its class's module and
+    # name: this one is recorded as ``tether.TaskTimeout``, its public and stable name, and
+    # not by the private module that happens to define it.
+    __module__ = "tether"
+
+    slot_kept = False
+    """True when a sync task's thread still runs and keeps its slot until it returns."""
 
 
 class ResultTimeout(TetherError, TimeoutError):

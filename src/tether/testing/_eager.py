@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._blocking import refuse_on_loop
 from .._context import LazyContext, _current
-from .._errors import SerializationError
+from .._errors import ResultSerializationError, TaskTimeout
 from .._middleware import call_hooks
 from .._status import TaskStatus
 from ..worker._outcome import decide, error_fields
-from ..worker._runner import TaskTimeout
 from ._memory import Record, Recorder
 
 if TYPE_CHECKING:
@@ -225,7 +224,7 @@ class Eager(Recorder):
         try:
             return serializer.loads(serializer.dumps(value))
         except Exception as exc:
-            raise SerializationError(
+            raise ResultSerializationError(
                 f"the result ({type(value).__name__}) cannot be serialized by the "
                 f"{serializer.name} serializer: {exc}"
             ) from exc

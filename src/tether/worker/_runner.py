@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .. import scripts
 from .._context import LazyContext, _current
 from .._envelope import BadEnvelope, Envelope
-from .._errors import SerializationError
+from .._errors import ResultSerializationError, TaskTimeout
 from .._faults import Fault, UnknownReplies, classify
 from .._keys import derived_task_id
 from .._middleware import Middleware, RunScopes, call_hooks, overrides
@@ -43,13 +43,6 @@ if TYPE_CHECKING:
     from ._state import Delivery, WorkerCounters
 
 log = logging.getLogger("tether.worker")
-
-
-class TaskTimeout(TimeoutError):
-    """The task ran past its timeout."""
-
-    slot_kept = False
-    """True when a sync task's thread still runs and keeps its slot until it returns."""
 
 
 class Runner:
@@ -266,7 +259,7 @@ class Runner:
             try:
                 outcome = policy.success(target, app.serializer, env, value)
             except Exception as exc:
-                raise SerializationError(
+                raise ResultSerializationError(
                     f"the result ({type(value).__name__}) cannot be serialized by the "
                     f"{app.serializer.name} serializer: {exc}"
                 ) from exc

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ... import scripts
 from ..._envelope import BadEnvelope, Envelope, JsonSerializer
+from ..._errors import TetherError
 from ..._faults import Fault, classify
 from ..._keys import derived_task_id
 from ...worker import _outcome as policy
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.taskiq")
 
 
-class DeliveryLost(Exception):
+class DeliveryLost(TetherError):
     """Raised before a reclaimed message runs when this worker no longer owns its entry
     (its lease lapsed and another worker took it): taskiq must not run it here too."""
 
