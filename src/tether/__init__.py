@@ -35,12 +35,13 @@ from ._handle import TaskHandle
 from ._middleware import Middleware
 from ._settings import PRIORITIES, WorkerSettings
 from ._status import CancelResult, TaskStatus
-from ._task import Task, TaskCall
+from ._task import AsyncTask, SyncTask, Task, TaskCall
 from ._version import __version__
 from .worker import Worker, WorkerCounters
 
 __all__ = [
     "ArgumentSerializationError",
+    "AsyncTask",
     "Backoff",
     "BlockingCallError",
     "CancelResult",
@@ -58,6 +59,7 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "ServerError",
+    "SyncTask",
     "Task",
     "TaskCall",
     "TaskContext",

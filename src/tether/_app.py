@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from typing_extensions import Self
 
@@ -22,7 +22,7 @@ from ._handle import TaskHandle
 from ._keys import queue_of_task_id, task_id_problem
 from ._limits import TaskLimits
 from ._settings import WorkerSettings, check_name, check_priority
-from ._task import P, R, Task, default_task_name
+from ._task import AsyncTask, P, R, SyncTask, Task, default_task_name, task_class
 
 if TYPE_CHECKING:
     from ._schedule import Missed
@@ -35,11 +35,18 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_URL", "Tether"]
 
 
+AnyTask = TypeVar("AnyTask", bound=Task[Any, Any])
+
+
+# An async function matches both overloads (its result is a coroutine); the first, which
+# mypy tries first, is the one meant for it, hence the overlap ignored on it.
 class _TaskDecorator(Protocol):
     @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTask[P, R]: ...
     @overload
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    def __call__(self, fn: Callable[P, R], /) -> SyncTask[P, R]: ...
 
 
 class Tether(Core):
@@ -74,9 +81,11 @@ class Tether(Core):
     # -- declaring --------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    def task(  # type: ignore[overload-overlap]  # the first is meant for async functions
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTask[P, R]: ...
     @overload
-    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    def task(self, fn: Callable[P, R], /) -> SyncTask[P, R]: ...
     @overload
     def task(
         self,
@@ -155,7 +164,7 @@ class Tether(Core):
             )
             if config.name in self.tasks:
                 raise ConfigError(f"a task named {config.name!r} is already registered")
-            task: Task[Any, Any] = Task(self, func, config)
+            task = task_class(func)(self, func, config)
             self.tasks[config.name] = task
             return task
 
@@ -257,12 +266,12 @@ class Tether(Core):
         overlap: bool = True,
         run_at_startup: bool = False,
         grace: float = 5.0,
-    ) -> Callable[[Task[P, R]], Task[P, R]]:
+    ) -> Callable[[AnyTask], AnyTask]:
         """Run a task periodically: put ``@app.periodic(cron=... | every=...)`` on top of
         ``@app.task``; stack several for several schedules. See :class:`tether.scheduler.Schedule`
         for the options."""
 
-        def declare(task: Task[P, R]) -> Task[P, R]:
+        def declare(task: AnyTask) -> AnyTask:
             schedule = self.schedules.build(
                 task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
                 missed=missed, catchup_limit=catchup_limit, overlap=overlap,

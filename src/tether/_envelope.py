@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ._errors import TetherError
+
 ENVELOPE_VERSION = 1
 
 
@@ -44,7 +46,7 @@ def compact_json_encoder() -> Callable[[Any], str]:
     the C encoder built once instead of at every call (most of the cost of a small envelope:
     about 6 of 7 us here). It keeps no circular-reference markers, which a shared encoder
     could not keep thread-safe: a value that contains itself fails with RecursionError
-    instead of ValueError, a SerializationError for the caller either way."""
+    instead of ValueError, an ArgumentSerializationError for the caller either way."""
     encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # a Python without the _json accelerator
@@ -104,7 +106,7 @@ def plain_encoder(
     return encode
 
 
-class BadEnvelope(Exception):
+class BadEnvelope(TetherError):
     """An entry that cannot be run; ``reason`` goes to the dead-letter stream."""
 
     def __init__(self, reason: str, task_id: str = "", task: str = "") -> None:

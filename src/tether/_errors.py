@@ -7,7 +7,7 @@
     │   └── ArgumentSerializationError  an argument cannot be encoded by the serializer
     ├── SerializationError              a value cannot go through the serializer (either kind)
     │   ├── ArgumentSerializationError  (the same class: an enqueue error too)
-    │   └── ResultSerializationError    a task's result cannot be encoded or decoded
+    │   └── ResultSerializationError    a task's result cannot be encoded
     ├── TaskNotFound                    no task with that id is known (never existed or expired)
     ├── QueueNotFound                   no queue of that name is known (nothing names it)
     ├── TaskFailed                      the task ended without a value (remote type, message)
@@ -16,8 +16,9 @@
     ├── NotOpen                         the app has no open connection (use ``async with app``)
     └── BlockingCallError               a blocking ``*_sync`` call on an event loop's thread
 
-Internal errors of the worker (an entry that cannot be run, a taskiq message lost to another
-worker) derive from ``TetherError`` directly.
+Errors defined next to the code that raises them derive from ``TetherError`` directly:
+``BadEnvelope`` (an entry that cannot be run), and taskiq's ``DeliveryLost`` (a message another
+worker took over) and ``NotTaskiq`` (an entry that carries no taskiq message).
 
 ``Retry`` and ``RateLimited`` are not errors: a task raises them to ask for another attempt
 (``RateLimited`` without counting one).
@@ -60,8 +61,11 @@ class ArgumentSerializationError(SerializationError, EnqueueError):
 
 
 class ResultSerializationError(SerializationError):
-    """A task's result cannot be encoded by the serializer (the attempt fails with it), or a
-    stored result cannot be decoded when it is read."""
+    """A task's result cannot be encoded by the serializer: the attempt fails with this
+    error (recorded in its result and dead letter), as with ``tether.testing``'s eager mode.
+    A stored record that cannot be decoded when read raises :class:`TaskNotFound` instead."""
+
+    __module__ = "tether"  # recorded by its public name, as TaskTimeout below
 
 
 class TaskNotFound(TetherError, LookupError):

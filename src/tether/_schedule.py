@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -76,6 +76,30 @@ class Schedule:
     overlap: bool = True
     run_at_startup: bool = False
     grace: float = 5.0
+
+    if TYPE_CHECKING:
+        # ``every`` is read as float seconds but given as seconds or a timedelta
+        # (__post_init__ converts it): this is the constructor type checkers see, as the one
+        # derived from the fields would refuse a timedelta. A test keeps it in step with the
+        # fields (``...`` stands for the default factory of ``kwargs``).
+        def __init__(
+            self,
+            *,
+            name: str,
+            task: str,
+            queue: str = "default",
+            priority: str = "normal",
+            cron: str | None = None,
+            every: float | timedelta | None = None,
+            tz: str = "UTC",
+            args: tuple[Any, ...] = (),
+            kwargs: Mapping[str, Any] = ...,
+            missed: Missed = "latest",
+            catchup_limit: int = 10,
+            overlap: bool = True,
+            run_at_startup: bool = False,
+            grace: float = 5.0,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         if (

@@ -2,7 +2,9 @@
 
 ``@app.task`` turns a function into a :class:`Task`, generic over the function's parameters
 and result, so ``await add.enqueue(1, "x")`` is a type error when ``add`` takes two ints,
-and ``await handle.result()`` is typed as the function's return value.
+and ``await handle.result()`` is typed as the function's return value. An ``async def``
+function makes an :class:`AsyncTask` and a plain one a :class:`SyncTask`: they differ only in
+what calling the task in-process is typed to return (``await add(1, 2)`` for the first).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
+
+from typing_extensions import Self
 
 from . import _enqueue
 from ._config import TaskConfig, check_retries, check_timeout
@@ -105,6 +109,8 @@ class Task(Generic[P, R]):
         return f"<Task {self.name} queue={self.config.queue}>"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+        """Run the function here, in this process, as a plain call: no queue, no worker.
+        For an async function this returns its coroutine, to be awaited."""
         if self.fn is None:
             raise ConfigError(f"task {self.name!r} is known here by name only: enqueue it")
         return self.fn(*args, **kwargs)
@@ -138,7 +144,7 @@ class Task(Generic[P, R]):
         retries: int | None = None,
         store_result: bool | None = None,
         limit_key: str | None = None,
-    ) -> Task[P, R]:
+    ) -> Self:
         """This task with per-call options. They never collide with the task's own
         arguments, because they are given here and not to :meth:`enqueue`.
 
@@ -166,7 +172,7 @@ class Task(Generic[P, R]):
             changes["store_result"] = bool(store_result)
         if limit_key is not None:
             changes["limit_key"] = check_limit_key(self.name, limit_key)
-        return Task(self.app, self.fn, self.config, replace(self._call_options, **changes))
+        return type(self)(self.app, self.fn, self.config, replace(self._call_options, **changes))
 
     # -- enqueue --------------------------------------------------------------------------
 
@@ -239,6 +245,28 @@ class Task(Generic[P, R]):
         return dict(arguments.arguments)
 
 
+class AsyncTask(Task[P, R]):
+    """A task whose function is ``async def``. Calling it returns the function's coroutine,
+    so ``await add(1, 2)`` runs it in-process and is typed as its result."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        # The same call; only the type is narrower, as ``@app.task`` knows the function's.
+        return cast("Coroutine[Any, Any, R]", super().__call__(*args, **kwargs))
+
+
+class SyncTask(Task[P, R]):
+    """A task whose function is a plain one. Calling it runs the function in-process and
+    returns its result."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast("R", super().__call__(*args, **kwargs))
+
+
+def task_class(fn: Callable[..., Any]) -> type[Task[Any, Any]]:
+    """The class ``@app.task`` makes of ``fn``: :class:`AsyncTask` for an ``async def``."""
+    return AsyncTask if inspect.iscoroutinefunction(fn) else SyncTask
+
+
 def _simple_arity(signature: inspect.Signature) -> int:
     """The argument count that needs no binding check: all parameters positional without
     defaults. -1 when any call must be checked in full."""
@@ -246,6 +274,3 @@ def _simple_arity(signature: inspect.Signature) -> int:
     if all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params):
         return len(signature.parameters)
     return -1
-
-
-AsyncFn = Callable[P, Coroutine[Any, Any, R]]

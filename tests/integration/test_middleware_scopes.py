@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from tether import Backoff, Middleware, SerializationError, TaskContext, Tether, current_task
+from tether import (
+    ArgumentSerializationError,
+    Backoff,
+    Middleware,
+    SerializationError,
+    TaskContext,
+    Tether,
+    current_task,
+)
 
 from ..helpers import running_worker
 
@@ -93,7 +101,7 @@ async def test_after_enqueue_pairs_before_enqueue_in_every_producer(
         *pair([h.id for h in many]),
         *pair([keyed.id]),
         *pair([keyed.id]),  # a duplicate's handle names the task holding the key
-        *pair([], SerializationError),
+        *pair([], ArgumentSerializationError),  # the exact type the hook receives
         *pair([sync_one.id]),
         *pair([sync_many[0].id]),
     ]

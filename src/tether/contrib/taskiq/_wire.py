@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._envelope import ENVELOPE_VERSION, Envelope, Serializer
-from ..._errors import EnqueueError
+from ..._errors import EnqueueError, TetherError
 from ..._settings import PRIORITIES
 
 TASKIQ_FIELD = "taskiq"
@@ -147,7 +147,7 @@ def wrap(
     return serializer.dumps(envelope)
 
 
-class NotTaskiq(Exception):
+class NotTaskiq(TetherError):
     """An envelope that carries no usable taskiq message; the text is the reason."""
 
 
