@@ -195,10 +195,10 @@ async def test_a_sync_task_past_its_timeout_is_recorded_and_keeps_its_slot(app: 
         with pytest.raises(TaskFailed) as failed:
             await handle.result(timeout=5)
         assert "ran past its timeout of 0.1s" in failed.value.error_message
-        assert worker._runner.busy == 1  # the thread still runs: its slot stays taken
+        assert worker.running == 1  # the thread still runs: its slot stays taken
         gate.set()
         await asyncio.wait_for(release.wait(), 5)
-        await eventually(lambda: worker._runner.busy == 0)
+        await eventually(lambda: worker.running == 0)
     assert await handle.status() is TaskStatus.FAILED
 
 

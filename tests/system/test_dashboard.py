@@ -723,3 +723,22 @@ def test_every_page_light_and_dark_at_1024_px_without_console_errors(
                              ("light", "task"), ("light", "statistics")):  # fmt: skip
             shutil.copy(SCREENSHOTS / scheme / f"{name}.png",
                         DOCS_IMAGES / f"dashboard-{name}-{scheme}.png")  # fmt: skip
+
+
+def test_a_taskiq_only_deployment_shows_its_queue_on_the_overview(
+    site: Site, tab: Tab, tmp_path: Path
+) -> None:
+    """With only taskiq workers running (nothing else ever served or named the queue),
+    the overview lists their queue with its live workers."""
+    from ..taskiq_workers import TaskiqWorker
+
+    worker = TaskiqWorker(site.url, site.namespace, "tq-dash", log_dir=tmp_path)
+    try:
+        worker.wait_ready(site.rds)
+        # The registry record follows the lease within the same heartbeat.
+        wait_until(lambda: site.rds.zscore(known_queues_key(site.namespace), "taskiq") is not None)
+        page = tab.go("/")
+        expect(page.locator("tr[data-queue='taskiq']")).to_have_count(1)
+        expect(figure(page, "taskiq", "workers")).to_have_attribute("data-value", "1")
+    finally:
+        worker.kill_now()

@@ -14,6 +14,7 @@ suite (test_recovery.py, test_cluster.py, and the in-process test_taskiq_broker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -410,3 +411,81 @@ def test_recovery_on_a_redis_cluster(
         assert TTL - FAST["heartbeat_interval"] - 0.05 <= elapsed <= TTL + RECLAIM + MARGIN
     finally:
         client.close()
+
+
+# -- one engine: what the worker does, a taskiq worker does too ----------------------------
+
+
+def test_a_taskiq_only_deployment_shows_its_queue_in_info_the_overview_and_the_metrics(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, taskiq_workers: list[TaskiqWorker]
+) -> None:
+    """Nothing but taskiq workers serve or name the queue: it used to be missing from
+    ``tether info`` ("no known queues" beside 2 live workers), the overview and the
+    deployment metrics, because the taskiq consumer never published its queues."""
+    from tether import Tether
+    from tether._keys import known_queues_key
+    from tether.web import create_app
+
+    from ..metrics_helpers import scrape
+    from ..web_helpers import TOKEN, serving
+
+    for name in ("a", "b"):
+        w = TaskiqWorker(url, namespace, name, log_dir=tmp_path)
+        taskiq_workers.append(w)
+    for w in taskiq_workers:
+        w.wait_ready(rds)
+    kiq(url, namespace, "record", ("k",))
+    wait_until(lambda: [r.tag for r in runs(rds, namespace)] == ["k"], timeout=20)
+    wait_until(lambda: rds.zscore(known_queues_key(namespace), QUEUE) is not None)
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether", "info", "--url", url, "--namespace", namespace,
+         "--json"],
+        capture_output=True, text=True, timeout=30, cwd=ROOT, check=True,
+    )  # fmt: skip
+    report = json.loads(shown.stdout)
+    assert [q["name"] for q in report["queues"]] == [QUEUE]
+    (queue,) = report["queues"]
+    assert (queue["workers"], report["workers"]) == (2, 2)
+    table = subprocess.run(
+        [sys.executable, "-m", "tether", "info", "--url", url, "--namespace", namespace],
+        capture_output=True, text=True, timeout=30, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    assert "no known queues" not in table and QUEUE in table
+
+    async def overview_and_metrics() -> tuple[list[str], Any]:
+        app = Tether(url, namespace=namespace)
+        async with app:
+            overview = await app.stats.overview()
+        with serving(create_app(Tether(url, namespace=namespace), token=TOKEN)) as base:
+            scraped = await asyncio.to_thread(scrape, f"{base}/metrics", token=TOKEN)
+        return [q.name for q in overview.queues], scraped
+
+    names, scraped = asyncio.run(overview_and_metrics())
+    assert names == [QUEUE]
+    assert scraped.status == 200, scraped.text
+    assert scraped.value("tether_queue_workers", queue=QUEUE) == 2
+    assert scraped.value("tether_workers") == 2
+
+
+def test_a_wrong_password_stops_taskiq_worker_at_once(namespace: str, tmp_path: Path) -> None:
+    """A refusal no retry fixes stops the worker process, and taskiq's process manager
+    with it: it used to restart the process every second, forever, each refused again."""
+    locked = start_server("valkey", args=["--requirepass", "s3cret"])
+    try:
+        wrong = f"redis://:not-it@127.0.0.1:{locked.port}/0"
+        started = time.monotonic()
+        w = TaskiqWorker(wrong, namespace, "locked-out", log_dir=tmp_path)
+        try:
+            w.process.wait(timeout=20)
+            took = time.monotonic() - started
+            log = w.log()
+        finally:
+            w.kill_now()
+        assert "authentication failed at redis://:***@127.0.0.1:" in log, log
+        assert "no restart can fix this: stopping taskiq's worker processes" in log, log
+        assert "not-it" not in log
+        assert log.count("is dead. Scheduling reload.") <= 1, log
+        print(f"[measured] taskiq worker stopped {took:.1f}s after start on a wrong password")
+    finally:
+        locked.cleanup()

@@ -123,6 +123,10 @@ class Runner:
             while buffer and self.busy < self.concurrency:
                 self._start(buffer.popleft())
 
+    def resume(self) -> None:
+        """The lease is known to be held again: start what waits."""
+        self.schedule()
+
     def _free_slot(self, delivery: Delivery) -> None:
         self.busy -= 1
         if self._alone is delivery:

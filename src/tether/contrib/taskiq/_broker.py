@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing
+import os
 import re
+import signal
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
@@ -18,7 +20,7 @@ from ... import scripts
 from ..._core import Core
 from ..._enqueue import DEDUP_MAX_HOLD_MS, _enqueue_error
 from ..._envelope import JsonSerializer
-from ..._errors import ConfigError, TetherError
+from ..._errors import ConfigError, ServerError, TetherError
 from ..._redis import AsyncClient
 from ..._settings import WorkerSettings, _positive_int, check_name, seconds
 from ...dead import DeadLetters
@@ -257,6 +259,9 @@ class TetherBroker(AsyncBroker):
                 delivery, data = got
                 ack = functools.partial(consumer.ack, delivery)
                 yield AckableMessage(data=data, ack=ack)
+        except ServerError as exc:
+            _stop_taskiq_process_manager(exc)
+            raise
         finally:
             await consumer.stop_fetching()
 
@@ -266,3 +271,18 @@ class TetherBroker(AsyncBroker):
             return None  # WorkerSettings makes host-pid-random in this very process
         child = _TASKIQ_CHILD.match(multiprocessing.current_process().name)
         return self._name if child is None else f"{self._name}-{child.group(1)}"
+
+
+def _stop_taskiq_process_manager(exc: ServerError) -> None:
+    """A refusal no retry fixes (a wrong password, a missing permission, a refused
+    certificate, a server too old) stopped this worker process. taskiq's process manager
+    restarts a dead worker process every second, forever, and each would be refused the
+    same way: ask the manager to shut down instead (as SIGTERM does), so ``taskiq worker``
+    stops at once with the reason in its log."""
+    if _TASKIQ_CHILD.match(multiprocessing.current_process().name) is None:
+        return  # not under taskiq's process manager: the caller sees the error
+    manager = os.getppid()
+    if manager <= 1:
+        return
+    log.error("%s; no restart can fix this: stopping taskiq's worker processes", exc)
+    os.kill(manager, signal.SIGTERM)

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..._settings import PRIORITIES
-from ...worker._state import Delivery
+from ...worker.kit import Delivery
 
 if TYPE_CHECKING:
-    from ...worker._outcome import Target
+    from ...worker.kit import Target
 
 
 @dataclass(slots=True, eq=False)

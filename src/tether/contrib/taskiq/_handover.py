@@ -24,14 +24,13 @@ from ..._envelope import BadEnvelope, Envelope, JsonSerializer
 from ..._errors import TetherError
 from ..._faults import Fault, classify
 from ..._keys import derived_task_id
-from ...worker import _outcome as policy
+from ...worker import kit as policy
 from ._delivery import TaskiqDelivery
 from ._wire import NotTaskiq, unwrap
 
 if TYPE_CHECKING:
     from ..._redis import AsyncClient
-    from ...worker._ledger import Ledger
-    from ...worker._state import Delivery, WorkerCounters
+    from ...worker.kit import Delivery, Ledger, WorkerCounters
 
 log = logging.getLogger("tether.taskiq")
 
@@ -81,7 +80,10 @@ class Handover:
 
     # -- waiting here -------------------------------------------------------------------
 
-    def put(self, d: TaskiqDelivery) -> None:
+    def submit(self, d: Delivery) -> None:
+        """The engine delivered an entry: it waits here until taskiq pulls it."""
+        assert isinstance(d, TaskiqDelivery)
+        d.consumer = self.name
         if d.suspect and d.deliveries >= 2:
             self.suspects.append(d)
         else:
@@ -95,6 +97,29 @@ class Handover:
             out.extend(buffer)
             buffer.clear()
         return out
+
+    def resume(self) -> None:
+        """The lease is known to be held again: the puller may take what waits."""
+        self._wake()
+
+    def request_cancel(self, task_ids: set[str]) -> None:
+        """Tether cancel requests for tasks here: taskiq cannot cancel a running task."""
+        log.warning(
+            "cancel requested for %s: a running taskiq task cannot be cancelled by Tether; "
+            "it runs to the end",
+            ", ".join(sorted(task_ids)),
+        )
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """taskiq's receiver waits for its own tasks before it closes the broker."""
+        return True
+
+    def cancel_running(self) -> list[TaskiqDelivery]:
+        """Nothing to cancel: taskiq runs (and finishes) what it was handed."""
+        return []
+
+    def close(self) -> None:
+        """Nothing of its own to free."""
 
     # -- handing over -------------------------------------------------------------------
 
