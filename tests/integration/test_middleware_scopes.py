@@ -150,6 +150,45 @@ async def test_run_scopes_surround_the_function_in_its_own_context(
     assert ("a", "enter", 2) in retried
 
 
+async def test_eager_mode_runs_the_same_scopes_as_a_worker() -> None:
+    """The eager mode runs each attempt with the worker's attempt policy: the run scopes
+    surround the function (on the loop and in a thread), in order, and what a scope put in
+    ``retry_headers`` reaches the next attempt. It used to skip ``run_scope`` altogether."""
+    from tether.testing import eager
+
+    calls: list[tuple[Any, ...]] = []
+    seen: list[tuple[str, str, dict[str, str]]] = []
+    app = Tether("redis://127.0.0.1:9/0", middleware=[Recorder("a", calls), Recorder("b", calls)])
+
+    @app.task(name="m.async", retries=1, backoff=Backoff(base=0.01, jitter=0))
+    async def in_loop() -> str:
+        seen.append(("loop", SCOPE.get(), dict(current_task().headers)))
+        if current_task().attempt == 1:
+            raise ValueError("again")
+        return "done"
+
+    @app.task(name="m.sync")
+    def in_thread() -> str:
+        seen.append(("thread", SCOPE.get(), {}))
+        return "done"
+
+    with eager(app):
+        assert await (await in_loop.enqueue()).result() == "done"
+        assert await (await in_thread.enqueue()).result() == "done"
+
+    assert {(where, scope) for where, scope, _ in seen} == {("loop", "ab"), ("thread", "ab")}
+    first_attempt, second_attempt = [h for where, _, h in seen if where == "loop"]
+    assert first_attempt == {"a": "1", "b": "1"}
+    assert second_attempt == {"a": "1", "b": "1", "a-ran": "1", "b-ran": "1"}
+    scoped = [c for c in calls if c[1] in ("enter", "exit")]
+    assert scoped == [
+        ("a", "enter", 1), ("b", "enter", 1), ("b", "exit", "ValueError"),
+        ("a", "exit", "ValueError"),
+        ("a", "enter", 2), ("b", "enter", 2), ("b", "exit", None), ("a", "exit", None),
+        ("a", "enter", 1), ("b", "enter", 1), ("b", "exit", None), ("a", "exit", None),
+    ]  # fmt: skip
+
+
 class Broken(Middleware):
     """A scope that fails to enter, and one that tries to swallow the task's error."""
 

@@ -374,9 +374,9 @@ def _ran(worker: TracedWorker, arg: int) -> dict[str, Any] | None:
 async def test_enqueues_nest_and_the_testing_kit_traces_sends(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    """In eager mode an async task runs inside its enqueue: the send span of the enqueue it
-    makes nests under its own, and each closes its own span. No process span there (the
-    eager mode opens no run scopes, as docs/observability.md says)."""
+    """In eager mode an async task runs inside its enqueue, through the worker's attempt
+    policy: its process span is a child of its send span, the send span of the enqueue it
+    makes nests under its process span, and each closes its own span."""
     app = Tether("redis://127.0.0.1:9/0", middleware=[Tracing(tracer_provider=provider)])
 
     @app.task(name="nest.child")
@@ -390,9 +390,19 @@ async def test_enqueues_nest_and_the_testing_kit_traces_sends(
     with eager(app):
         assert await (await parent.enqueue(3)).result() == 3
     assert trace.get_current_span() is trace.INVALID_SPAN
-    inner, outer = exporter.get_finished_spans()
-    assert (inner.name, outer.name) == ("send default", "send default")
-    assert dict(outer.attributes or {})["tether.task.name"] == "nest.parent"
-    assert dict(inner.attributes or {})["tether.task.name"] == "nest.child"
-    assert inner.parent is not None and outer.context is not None
-    assert inner.parent.span_id == outer.context.span_id
+    spans = exporter.get_finished_spans()
+    assert [(s.name, dict(s.attributes or {})["tether.task.name"]) for s in spans] == [
+        ("process default", "nest.child"),
+        ("send default", "nest.child"),
+        ("process default", "nest.parent"),
+        ("send default", "nest.parent"),
+    ]
+    process_child, send_child, process_parent, send_parent = spans
+    assert send_parent.parent is None
+    for span, parent_span in (
+        (process_parent, send_parent),
+        (send_child, process_parent),
+        (process_child, send_child),
+    ):
+        assert span.parent is not None and parent_span.context is not None
+        assert span.parent.span_id == parent_span.context.span_id

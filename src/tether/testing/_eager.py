@@ -17,16 +17,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._blocking import refuse_on_loop
-from .._context import LazyContext, _current
+from .._context import LazyContext
 from .._errors import ResultSerializationError, TaskTimeout
-from .._middleware import call_hooks
 from .._status import TaskStatus
-from ..worker._outcome import decide, error_fields
+from ..worker import kit as attempt
 from ._memory import Record, Recorder
 
 if TYPE_CHECKING:
     from .._core import Core, RegisteredTask
     from .._enqueue import Plan
+    from .._envelope import Envelope
     from .._handle import TaskHandle
     from .._task import Task
 
@@ -53,6 +53,7 @@ class Eager(Recorder):
         super().__init__(app)
         self.inline = inline
         self.propagate = propagate
+        self._scopes = attempt.Scopes()
 
     # -- enqueue: record, then run at once when inline ----------------------------------
 
@@ -123,43 +124,29 @@ class Eager(Recorder):
             error = await self._attempt(record, task, retries)
             if error is None:
                 break
-            decision = decide(
-                error, record.attempt, retries, task.config.retry_on, task.config.retry_delay
-            )
-            if not decision.retry:
+            judged = attempt.judge(error, task, record.attempt, retries)
+            if not judged.decision.retry:
                 failure = error
                 break
-            record.error = error_fields(error)
+            record.error = judged.err
             record.status = TaskStatus.RETRYING
-            if self.app.middleware:
-                await call_hooks(
-                    self.app.middleware, "on_retry", self._context(record, task), error,
-                    decision.delay,
-                )  # fmt: skip
-            record.attempt += 1
+            await attempt.after_retry(
+                self.app, self._holder(record, task, retries), error, judged.decision.delay
+            )
+            if judged.decision.counts:  # a RateLimited push-back is no new attempt
+                record.attempt += 1
             record.status = TaskStatus.RUNNING
         self.release_key(record)
         if failure is not None:
             await self._fail(record, task, failure, retries)
 
     def _resolve(self, record: Record) -> RegisteredTask | None:
+        """The task, or None when the record went to the dead letters (as on a worker)."""
         env = record.envelope
-        try:
-            task, missing = self.app.find_task(env.task), None
-        except LookupError as exc:
-            task, missing = None, str(exc)
-        reason = None
-        if task is None or task.fn is None:
-            reason = missing or (
-                f"unknown task {env.task!r}: this worker has no task registered by that name"
-            )
-        elif task.signature is not None:
-            try:
-                task.signature.bind(*env.args, **env.kwargs)
-            except TypeError as exc:
-                reason = f"the arguments do not fit task {env.task!r}: {exc}"
-        if reason is None:
+        task = attempt.runnable(self.app, env)
+        if not isinstance(task, str):
             return task
+        reason = task
         record.status = TaskStatus.DEAD
         record.error = {"type": "tether.Dead", "message": reason, "traceback": ""}
         self.dead.append((env.id, reason))
@@ -171,85 +158,46 @@ class Eager(Recorder):
     async def _attempt(
         self, record: Record, task: RegisteredTask, retries: int
     ) -> BaseException | None:
-        """One attempt; None when it succeeded (its value recorded)."""
+        """One attempt, run by the worker's attempt policy; None when it succeeded (its
+        value recorded)."""
         env = record.envelope
-        ctx = self._context(record, task, retries)
-        middleware = self.app.middleware
-        if middleware:
-            await call_hooks(middleware, "before_run", ctx)
+        ctx = self._holder(record, task, retries)
         timeout = env.options.get("timeout", task.config.timeout)
+        ran = await attempt.run_attempt(
+            self.app, task, env, ctx, timeout, self._scopes, _call_in_thread
+        )
+        if ran.error is not None:
+            if ran.retry_headers is not None:  # what the run scopes set for the next attempt
+                env.headers = ran.retry_headers or None
+            return ran.error
         try:
-            value = await self._call(task, record, timeout)
-            value = self._stored(value)
-        except Exception as exc:  # the task's error becomes its outcome, as on a worker
+            value = attempt.check_result(self.app.serializer, ran.value, self._stored)
+        except ResultSerializationError as exc:
             return exc
         record.value = value
         record.error = None
         record.status = TaskStatus.SUCCEEDED
-        if middleware:
-            await call_hooks(middleware, "after_run", ctx, "succeeded", value, None)
+        await attempt.after_success(self.app, ctx, value)
         return None
-
-    async def _call(self, task: RegisteredTask, record: Record, timeout: float | None) -> Any:
-        env = record.envelope
-        assert task.fn is not None
-        holder = self._holder(record, task)
-        if task.is_async:
-            token = _current.set(holder)
-            try:
-                coro = task.fn(*env.args, **env.kwargs)
-                if timeout is None:
-                    return await coro
-                try:
-                    return await asyncio.wait_for(coro, timeout)
-                except asyncio.TimeoutError:
-                    raise TaskTimeout(f"the task ran past its timeout of {timeout}s") from None
-            finally:
-                _current.reset(token)
-        # A plain function runs in a thread, as on a worker, with a context of its own: a
-        # new thread each, so tasks that enqueue tasks inline never wait for a free one.
-        context = contextvars.Context()
-        context.run(_current.set, holder)
-        future = _in_thread(functools.partial(context.run, task.fn, *env.args, **env.kwargs))
-        if timeout is None:
-            return await future
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except asyncio.TimeoutError:
-            raise TaskTimeout(f"task {task.name!r} ran past its timeout of {timeout}s") from None
 
     def _stored(self, value: Any) -> Any:
         """The value as a waiter reads it back: through the serializer."""
         serializer = self.app.serializer
-        try:
-            return serializer.loads(serializer.dumps(value))
-        except Exception as exc:
-            raise ResultSerializationError(
-                f"the result ({type(value).__name__}) cannot be serialized by the "
-                f"{serializer.name} serializer: {exc}"
-            ) from exc
+        return serializer.loads(serializer.dumps(value))
 
     async def _fail(
         self, record: Record, task: RegisteredTask, error: BaseException, retries: int
     ) -> None:
         env = record.envelope
-        err = error_fields(error)
-        decision = decide(
-            error, record.attempt, retries, task.config.retry_on, task.config.retry_delay
-        )
-        reason = (
-            f"failed on attempt {record.attempt} of {retries + 1} ({decision.why_not}): "
-            f"{err['type']}: {err['message']}"
-        )
+        failure = attempt.judge(error, task, record.attempt, retries)
+        reason = failure.reason(record.attempt)
         record.status = TaskStatus.FAILED
-        record.error = err
+        record.error = failure.err
         self.dead.append((env.id, reason))
         log.info("task %s (%s) %s", env.task, env.id, reason)
-        middleware = self.app.middleware
-        if middleware:
-            ctx = self._context(record, task, retries)
-            await call_hooks(middleware, "after_run", ctx, "failed", None, error)
-            await call_hooks(middleware, "on_dead", ctx, env.id, reason)
+        await attempt.after_failure(
+            self.app, self._holder(record, task, retries), env.id, error, reason
+        )
         if self.propagate:
             raise TaskError(f"task {env.id} {reason}") from error
 
@@ -265,11 +213,23 @@ class Eager(Recorder):
             env.options.get("tick"), env.headers or {},
         )  # fmt: skip
 
-    def _context(self, record: Record, task: RegisteredTask, retries: int | None = None) -> Any:
-        return self._holder(record, task, retries).get()
-
 
 _WAITING = (TaskStatus.QUEUED, TaskStatus.SCHEDULED, TaskStatus.RETRYING)
+
+
+async def _call_in_thread(task: RegisteredTask, env: Envelope, timeout: float | None) -> Any:
+    """A plain function runs in a thread, as on a worker, with this context
+    (``current_task()``): a new thread each, so tasks that enqueue tasks inline never wait
+    for a free one."""
+    assert task.fn is not None
+    context = contextvars.copy_context()
+    future = _in_thread(functools.partial(context.run, task.fn, *env.args, **env.kwargs))
+    if timeout is None:
+        return await future
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), timeout)
+    except asyncio.TimeoutError:
+        raise TaskTimeout(f"task {task.name!r} ran past its timeout of {timeout}s") from None
 
 
 def _in_thread(call: Callable[[], Any]) -> asyncio.Future[Any]:

@@ -24,15 +24,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .. import scripts
-from .._context import LazyContext, _current
+from .._context import LazyContext
 from .._envelope import BadEnvelope, Envelope
 from .._errors import ResultSerializationError, TaskTimeout
 from .._faults import Fault, UnknownReplies, classify
 from .._keys import derived_task_id
-from .._middleware import Middleware, RunScopes, call_hooks, overrides
+from .._middleware import call_hooks
 from .._settings import PRIORITIES
+from . import _attempt as attempt
 from . import _outcome as policy
-from ._outcome import Outcome, Target, error_fields
+from ._outcome import Outcome, Target
 from ._stats import Observation
 
 if TYPE_CHECKING:
@@ -87,8 +88,7 @@ class Runner:
         self._default_result_ttl_ms = int(app.settings.result_ttl * 1000)
         self._measure_wait = app.settings.stats or measure_wait
         """Wait times are measured for the statistics, and for the metrics when asked."""
-        self._scopes_of: tuple[Middleware, ...] = ()
-        self._scoped = False
+        self._scopes = attempt.Scopes()
 
     # -- admission ----------------------------------------------------------------------
 
@@ -245,64 +245,44 @@ class Runner:
             retries + 1, delivery.deliveries, env.enqueued_ms, self.worker_name,
             opts.get("schedule"), opts.get("tick"), env.headers or {},
         )  # fmt: skip
-        timeout = opts.get("timeout", cfg.timeout)
-        middleware = app.middleware
-        if middleware:
-            await call_hooks(middleware, "before_run", ctx.get())
-        started = time.monotonic()
         now_ms = time.time() * 1000
         env.started_ms = int(now_ms)
         if self._measure_wait:
             delivery.wait_ms = max(0.0, now_ms - (env.due_ms or env.enqueued_ms))
-        token = _current.set(ctx)
-        free_slot = True
-        scopes = self._run_scopes(middleware, ctx, env)
+        call_sync = None if task.is_async else functools.partial(self._run_sync, delivery)
+        started = time.monotonic()
         try:
-            value, free_slot = await self._call(delivery, task, env, timeout, scopes)
-            delivery.run_ms = (time.monotonic() - started) * 1000
-            try:
-                outcome = policy.success(target, app.serializer, env, value)
-            except Exception as exc:
-                raise ResultSerializationError(
-                    f"the result ({type(value).__name__}) cannot be serialized by the "
-                    f"{app.serializer.name} serializer: {exc}"
-                ) from exc
+            ran = await attempt.run_attempt(
+                app, task, env, ctx, opts.get("timeout", cfg.timeout), self._scopes, call_sync
+            )
         except asyncio.CancelledError:
             # Cancelled on request (or by the shutdown): the statistics count the attempt.
             delivery.run_ms = (time.monotonic() - started) * 1000
             raise
-        except Exception as exc:  # the task's error becomes its outcome
-            delivery.run_ms = (time.monotonic() - started) * 1000
+        delivery.run_ms = ran.run_ms
+        exc = ran.error
+        if exc is None:
+            try:
+                outcome = attempt.check_result(
+                    app.serializer,
+                    ran.value,
+                    lambda value: policy.success(target, app.serializer, env, value),
+                )
+            except ResultSerializationError as error:
+                exc = error
+        free_slot = True
+        if exc is not None:
             if isinstance(exc, TaskTimeout):
                 self.counters.timed_out += 1
                 delivery.timed_out = True
-                if exc.slot_kept:
-                    free_slot = False
-            retry_headers = None if scopes is None else scopes.retry_headers
+                free_slot = not exc.slot_kept
             outcome = await self._after_failure(
-                delivery, env, task, target, ctx, exc, retries, retry_headers
+                delivery, env, task, target, ctx, exc, retries, ran.retry_headers
             )
             return outcome, free_slot
-        finally:
-            _current.reset(token)
         self.counters.succeeded += 1
-        if middleware:
-            await call_hooks(middleware, "after_run", ctx.get(), "succeeded", value, None)
+        await attempt.after_success(app, ctx, ran.value)
         return outcome, free_slot
-
-    def _run_scopes(
-        self, middleware: tuple[Middleware, ...], ctx: LazyContext, env: Envelope
-    ) -> RunScopes | None:
-        """The ``run_scope`` hooks of this run; None when no middleware defines one (asked
-        again only when the middleware changed)."""
-        if not middleware:
-            return None
-        if middleware is not self._scopes_of:
-            self._scopes_of = middleware
-            self._scoped = overrides(middleware, "run_scope")
-        if not self._scoped:
-            return None
-        return RunScopes(middleware, ctx.get(), dict(env.headers) if env.headers else {})
 
     async def _resolve(
         self, delivery: Delivery
@@ -320,24 +300,10 @@ class Runner:
         if not bound:  # a plain enqueue: the stream entry is the task's identity
             env.id = _derived_id(delivery)
         delivery.envelope = env
-        try:
-            task, missing = self.app.find_task(env.task), None
-        except LookupError as exc:  # a task loader knows the name and why it cannot load it
-            task, missing = None, str(exc)
-        if task is None or task.fn is None:
-            reason = missing or (
-                f"unknown task {env.task!r}: this worker has no task registered by that name"
-            )
-            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
-            return await self._dead(delivery, env, reason)
-        signature = task.signature
-        if signature is not None and (env.kwargs or len(env.args) != task.plain_arity):
-            try:
-                signature.bind(*env.args, **env.kwargs)
-            except TypeError as exc:
-                reason = f"the arguments do not fit task {env.task!r}: {exc}"
-                log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), reason)
-                return await self._dead(delivery, env, reason)
+        task = attempt.runnable(self.app, env, arity_checked=True)
+        if isinstance(task, str):
+            log.error("entry %s cannot be run: %s", delivery.entry_id.decode(), task)
+            return await self._dead(delivery, env, task)
         store = bool(env.options.get("store_result", task.config.store_result))
         target = Target.of(delivery.queue.keys, env, bound, store, self._ttl_ms(task))
         flow = self._flow
@@ -401,38 +367,18 @@ class Runner:
                     )
                 await asyncio.sleep(min(2.0, 0.05 * 2**failures))
 
-    async def _call(
-        self,
-        delivery: Delivery,
-        task: RegisteredTask,
-        env: Envelope,
-        timeout: float | None,
-        scopes: RunScopes | None = None,
-    ) -> tuple[Any, bool]:
-        """Call the task's function (inside the middleware's run scopes, if any); returns
-        its value and whether its slot is free."""
-        if scopes is not None:
-            with scopes:
-                return await self._call(delivery, task, env, timeout)
-        if not task.is_async:
-            return await self._run_sync(delivery, task, env, timeout)
-        assert task.fn is not None
-        coro: Any = task.fn(*env.args, **env.kwargs)
-        if timeout is None:
-            return await coro, True
-        return await _with_timeout(coro, timeout), True
-
     async def _run_sync(
         self, delivery: Delivery, task: RegisteredTask, env: Envelope, timeout: float | None
-    ) -> tuple[Any, bool]:
+    ) -> Any:
+        """A plain function, in the pool's threads, with this context (``current_task()``)."""
         assert task.fn is not None
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *env.args, **env.kwargs)
         future = self._loop.run_in_executor(self._threads, call)
         if timeout is None:
-            return await future, True
+            return await future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout), True
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
         except asyncio.TimeoutError:
             # The thread cannot be stopped: keep its slot until it returns (and its
             # flow-control slots too: it still calls whatever they protect).
@@ -463,10 +409,8 @@ class Runner:
     ) -> Outcome:
         """``retry_headers``: what a run scope set for the next attempt (else the task's
         headers go with it unchanged)."""
-        cfg = task.config
-        err = error_fields(exc)
-        decision = policy.decide(exc, env.attempt, retries, cfg.retry_on, cfg.retry_delay)
-        middleware = self.app.middleware
+        failure = attempt.judge(exc, task, env.attempt, retries)
+        decision, err = failure.decision, failure.err
         if decision.retry:
             nxt = Envelope(
                 env.id, env.task, env.args, env.kwargs, env.enqueued_ms,
@@ -495,8 +439,7 @@ class Runner:
                     "task %s (%s) was rate limited (%s); runs again in %.2fs, attempt %d "
                     "not counted", env.task, env.id, err["message"], decision.delay, env.attempt,
                 )  # fmt: skip
-            if middleware:
-                await call_hooks(middleware, "on_retry", ctx.get(), exc, decision.delay)
+            await attempt.after_retry(self.app, ctx, exc, decision.delay)
             return policy.retry(
                 target,
                 self.app.serializer,
@@ -507,14 +450,9 @@ class Runner:
             )
         self.counters.failed += 1
         self.counters.dead_lettered += 1
-        reason = (
-            f"failed on attempt {env.attempt} of {retries + 1} ({decision.why_not}): "
-            f"{err['type']}: {err['message']}"
-        )
+        reason = failure.reason(env.attempt)
         log.warning("task %s (%s) %s", env.task, env.id, reason, exc_info=exc)
-        if middleware:
-            await call_hooks(middleware, "after_run", ctx.get(), "failed", None, exc)
-            await call_hooks(middleware, "on_dead", ctx.get(), env.id, reason)
+        await attempt.after_failure(self.app, ctx, env.id, exc, reason)
         return policy.failure(target, self.app.serializer, env, err, reason)
 
     async def _dead(
@@ -547,13 +485,6 @@ class Runner:
 def delivery_bound(delivery: Delivery, env: Envelope) -> bool:
     """Whether the envelope carried its own id (a derived id is the entry's by nature)."""
     return env.id != _derived_id(delivery)
-
-
-async def _with_timeout(coro: Any, timeout: float) -> Any:
-    try:
-        return await asyncio.wait_for(coro, timeout)
-    except asyncio.TimeoutError:
-        raise TaskTimeout(f"the task ran past its timeout of {timeout}s") from None
 
 
 def _peek_envelope(app: Core, delivery: Delivery) -> Envelope | None:

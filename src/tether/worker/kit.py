@@ -3,10 +3,25 @@
 The taskiq broker (and any other runtime that runs tasks its own way) builds on these
 instead of the worker's private modules: the :class:`Engine` fetches, leases, settles and
 hands off; an :class:`Executor` runs what it delivers and reports each attempt's
-:class:`Outcome`, decided by the attempt policy's functions (``success``, ``retry``,
-``failure``, ``dead``, ``cancelled``, ``decide``, ``error_fields``).
+:class:`Outcome`, decided by the attempt policy: what may run (``runnable``), how one
+attempt runs (``run_attempt``: hooks, ``current_task()``, run scopes, timeout), what a
+failure becomes (``judge``, ``failure_reason``) and the settle instruction for each end
+(``success``, ``retry``, ``failure``, ``dead``, ``cancelled``).
 """
 
+from ._attempt import (
+    Failure,
+    Ran,
+    Scopes,
+    after_failure,
+    after_retry,
+    after_success,
+    check_result,
+    failure_reason,
+    judge,
+    run_attempt,
+    runnable,
+)
 from ._engine import Engine, Executor, Options, Parts, check_settings
 from ._ledger import Ledger
 from ._outcome import (
@@ -24,6 +39,17 @@ from ._outcome import (
 from ._state import Delivery, QueueState, WorkerCounters
 
 __all__ = [
+    "Failure",
+    "Ran",
+    "Scopes",
+    "after_failure",
+    "after_retry",
+    "after_success",
+    "check_result",
+    "failure_reason",
+    "judge",
+    "run_attempt",
+    "runnable",
     "Decision",
     "Delivery",
     "Engine",
