@@ -18,7 +18,6 @@ import contextvars
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ from . import _attempt as attempt
 from . import _outcome as policy
 from ._outcome import Outcome, Target
 from ._stats import Observation
+from ._waiting import Waiting, quarantine_reason
 
 if TYPE_CHECKING:
     from .._core import Core, RegisteredTask
@@ -72,11 +72,8 @@ class Runner:
         self._settle = settle
         self._lease_held = lease_held
         self._flow = flow
-        self.buffers: tuple[deque[Delivery], ...] = (deque(), deque(), deque())
-        self.suspects: deque[Delivery] = deque()
-        """Entries started twice or more without an outcome: each runs alone, so a task
-        that kills its worker cannot take innocent neighbours with it."""
-        self._alone: Delivery | None = None
+        self.waiting: Waiting[Delivery] = Waiting()
+        """What waits to start (suspects run alone: see _waiting.py)."""
         self.running: dict[Delivery, asyncio.Task[None]] = {}
         self.busy = 0
         """Slots in use: running tasks plus threads still busy past their timeout."""
@@ -93,13 +90,12 @@ class Runner:
     # -- admission ----------------------------------------------------------------------
 
     def submit(self, delivery: Delivery) -> None:
-        if delivery.suspect and delivery.deliveries >= 2:
-            self.suspects.append(delivery)
-            self.schedule()
-        elif self.busy < self.concurrency and self._alone is None and not self.suspects:
+        waiting = self.waiting
+        if self.busy < self.concurrency and waiting.open() and not waiting.is_suspect(delivery):
             self._start(delivery)
         else:
-            self.buffers[delivery.sidx - 1].append(delivery)
+            waiting.add(delivery)
+            self.schedule()
 
     def _start(self, delivery: Delivery) -> None:
         self.busy += 1
@@ -108,20 +104,15 @@ class Runner:
         self.running[delivery] = self._loop.create_task(self._execute(delivery))
 
     def schedule(self) -> None:
-        """Start what may start: a suspect once nothing else runs, else by priority; none
-        while the lease is in doubt."""
-        if self._shutting_down or self._alone is not None:
+        """Start what may start (see ``Waiting.next``); none while the lease is in doubt."""
+        waiting = self.waiting
+        if self._shutting_down or not waiting or not self._lease_held():
             return
-        if not (self.suspects or any(self.buffers)) or not self._lease_held():
-            return
-        if self.suspects:
-            if self.busy == 0:
-                self._alone = self.suspects.popleft()
-                self._start(self._alone)
-            return
-        for buffer in self.buffers:
-            while buffer and self.busy < self.concurrency:
-                self._start(buffer.popleft())
+        while self.busy < self.concurrency:
+            delivery = waiting.next(self.busy)
+            if delivery is None:
+                return
+            self._start(delivery)
 
     def resume(self) -> None:
         """The lease is known to be held again: start what waits."""
@@ -129,8 +120,7 @@ class Runner:
 
     def _free_slot(self, delivery: Delivery) -> None:
         self.busy -= 1
-        if self._alone is delivery:
-            self._alone = None
+        self.waiting.ended(delivery)
         self.schedule()
         if self.busy == 0:
             self._idle.set()
@@ -143,16 +133,11 @@ class Runner:
     def take_buffered(self) -> list[Delivery]:
         """Remove and return every delivery that has not started (for a handoff, or to drop
         them when the lease lapsed)."""
-        out: list[Delivery] = list(self.suspects)
-        self.suspects.clear()
-        for buffer in self.buffers:
-            out.extend(buffer)
-            buffer.clear()
-        return out
+        return self.waiting.take_all()
 
     @property
     def buffered(self) -> int:
-        return len(self.suspects) + sum(len(b) for b in self.buffers)
+        return len(self.waiting)
 
     async def wait_idle(self, timeout: float) -> bool:
         try:
@@ -184,13 +169,16 @@ class Runner:
                 continue
             delivery.cancel_requested = True
             task.cancel()
-        for buffer in (self.suspects, *self.buffers):
-            for delivery in list(buffer):
-                env = delivery.envelope or _peek_envelope(self.app, delivery)
-                if env is not None and env.id in task_ids:
-                    buffer.remove(delivery)
-                    delivery.envelope = env
-                    self._settle(delivery, self._cancelled(delivery, env))
+
+        def asked(delivery: Delivery) -> bool:
+            env = delivery.envelope or _peek_envelope(self.app, delivery)
+            if env is None or env.id not in task_ids:
+                return False
+            delivery.envelope = env
+            return True
+
+        for delivery in list(self.waiting.take_where(asked)):
+            self._settle(delivery, self._cancelled(delivery, delivery.envelope))
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -315,10 +303,10 @@ class Runner:
     async def _admit_suspect(self, delivery: Delivery) -> tuple[bool, Outcome | None]:
         """A reclaimed entry: quarantine it if it was started too often, else count this
         start. Returns (run it, the outcome when not)."""
-        if delivery.deliveries >= self.max_deliveries:
+        reason = quarantine_reason(delivery, self.max_deliveries)
+        if reason is not None:
             env = _peek_envelope(self.app, delivery)
             self.counters.quarantined += 1
-            reason = f"delivered {delivery.deliveries} times; its workers died"
             log.error("quarantined entry %s: %s", delivery.entry_id.decode(), reason)
             return False, await self._dead(delivery, env, reason)
         count = await self._count_start(delivery)

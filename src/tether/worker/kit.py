@@ -37,6 +37,7 @@ from ._outcome import (
     success,
 )
 from ._state import Delivery, QueueState, WorkerCounters
+from ._waiting import Waiting, quarantine_reason
 
 __all__ = [
     "Failure",
@@ -48,6 +49,7 @@ __all__ = [
     "check_result",
     "failure_reason",
     "judge",
+    "quarantine_reason",
     "run_attempt",
     "runnable",
     "Decision",
@@ -60,6 +62,7 @@ __all__ = [
     "Parts",
     "QueueState",
     "Target",
+    "Waiting",
     "WorkerCounters",
     "cancelled",
     "check_settings",

@@ -70,9 +70,8 @@ class Handover:
         it the start is counted when the entry is handed to taskiq."""
         self._dead_letter_failures = dead_letter_failures
         self._serializer = JsonSerializer()
-        self.buffers: tuple[deque[TaskiqDelivery], ...] = (deque(), deque(), deque())
-        self.suspects: deque[TaskiqDelivery] = deque()
-        self._alone: TaskiqDelivery | None = None
+        self.waiting: policy.Waiting[TaskiqDelivery] = policy.Waiting()
+        """What waits for taskiq (suspects are handed over alone)."""
         self.busy = 0
         """Entries handed to taskiq and not yet acknowledged."""
         self._handed: dict[str, deque[TaskiqDelivery]] = {}
@@ -84,19 +83,11 @@ class Handover:
         """The engine delivered an entry: it waits here until taskiq pulls it."""
         assert isinstance(d, TaskiqDelivery)
         d.consumer = self.name
-        if d.suspect and d.deliveries >= 2:
-            self.suspects.append(d)
-        else:
-            self.buffers[d.sidx - 1].append(d)
+        self.waiting.add(d)
         self._wake()
 
     def take_buffered(self) -> list[TaskiqDelivery]:
-        out = list(self.suspects)
-        self.suspects.clear()
-        for buffer in self.buffers:
-            out.extend(buffer)
-            buffer.clear()
-        return out
+        return self.waiting.take_all()
 
     def resume(self) -> None:
         """The lease is known to be held again: the puller may take what waits."""
@@ -124,19 +115,9 @@ class Handover:
     # -- handing over -------------------------------------------------------------------
 
     def pick(self, lease_held: bool) -> TaskiqDelivery | None:
-        """What may be handed over now: nothing while the lease is in doubt or a suspect
-        runs; a suspect once nothing else is in taskiq's hands; else by priority."""
-        if self._alone is not None or not lease_held:
-            return None
-        if self.suspects:
-            if self.busy:
-                return None
-            self._alone = self.suspects.popleft()
-            return self._alone
-        for buffer in self.buffers:
-            if buffer:
-                return buffer.popleft()
-        return None
+        """What may be handed over now: nothing while the lease is in doubt; else what
+        ``Waiting.next`` gives (a suspect alone, once nothing is in taskiq's hands)."""
+        return self.waiting.next(self.busy) if lease_held else None
 
     async def admit(self, d: TaskiqDelivery) -> bytes | None:
         """taskiq's bytes of a delivery that may run; None when it went to the dead letters
@@ -144,14 +125,14 @@ class Handover:
         try:
             data = await self._admit(d)
         finally:
-            if self._alone is d and not d.yielded:
-                self._alone = None
+            if not d.yielded:
+                self.waiting.ended(d)
         return data
 
     async def _admit(self, d: TaskiqDelivery) -> bytes | None:
-        if d.suspect and d.deliveries >= self._max_deliveries:
+        reason = policy.quarantine_reason(d, self._max_deliveries)
+        if reason is not None:
             self.counters.quarantined += 1
-            reason = f"delivered {d.deliveries} times; its workers died"
             log.error("quarantined entry %s: %s", d.entry_id.decode(), reason)
             self._dead(d, self._peek(d), reason)
             return None
@@ -264,8 +245,7 @@ class Handover:
     def _out_of_hands(self, d: TaskiqDelivery) -> None:
         """The delivery is out of taskiq's hands."""
         self.busy -= 1
-        if self._alone is d:
-            self._alone = None
+        self.waiting.ended(d)
         if not d.started:
             handed = self._handed.get(d.taskiq_id)
             if handed is not None and d in handed:
