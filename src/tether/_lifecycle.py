@@ -4,12 +4,12 @@ Redis (``BLMOVE``), never polls."""
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import scripts
+from ._codecs import parse_index_value
 from ._envelope import BadEnvelope, Envelope
 from ._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
 from ._keys import QueueKeys, entry_of_task_id, queue_of_task_id
@@ -24,7 +24,6 @@ WAIT_CHUNK = 5.0
 CANCEL_REQUEST_TTL_MS = 3600 * 1000
 
 
-_INDEX_ENTRY = re.compile(rb"([123])(\d{1,20}-\d{1,20})")
 """An index value as Tether writes it: the stream (1 to 3) then the entry id."""
 
 
@@ -204,9 +203,9 @@ class _Cancel:
 
     def where(self, index_value: Any) -> tuple[int, bytes] | None:
         if index_value is not None:
-            found = _INDEX_ENTRY.fullmatch(bytes(index_value))
+            found = parse_index_value(index_value)
             if found is not None:
-                return int(found[1]), found[2]
+                return found[0], found[1].encode()
             # An entry no Tether writes (set by hand): read past, as the script does.
             skip("task", f"{self.keys.index} field {self.task_id!r}", "not <stream><entry id>")
         if self.derived is not None:

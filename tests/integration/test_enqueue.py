@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import redis
@@ -127,3 +128,24 @@ async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: 
         caught.value
     )
     assert caught.value.cause is not None
+
+
+async def test_the_scripts_write_the_value_formats_the_codecs_read(app: Tether) -> None:
+    """The index value and the scheduled payload, as the enqueue script writes them on the
+    server, read back with ``tether._codecs``: one format, one reader."""
+    from tether._codecs import parse_index_value, parse_scheduled
+
+    @app.task(name="codec.t")
+    async def t(x: int) -> int:
+        return x
+
+    keys = app.keys("default")
+    queued = await t.options(key="k1", priority="high").enqueue(1)
+    delayed = await t.options(delay=3600, priority="low").enqueue(2)
+    client: Any = app.client
+    sidx, entry = parse_index_value(await client.hget(keys.index, queued.id)) or (0, "")
+    assert sidx == 1
+    assert [e.decode() for e, _ in await client.xrange(keys.streams[0], entry, entry)] == [entry]
+    scheduled = await client.hget(keys.scheduled_payloads, delayed.id)
+    sidx, payload = parse_scheduled(scheduled)
+    assert sidx == 3 and b'"codec.t"' in payload

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from .._codecs import DEFAULT_SIDX, parse_scheduled
 from .._envelope import BadEnvelope, Envelope
 from .._errors import ConfigError
 from .._keys import GROUP, derived_task_id
@@ -192,8 +193,8 @@ async def delayed(core: Core, queue: str, cursor: str | None, limit: int) -> Pag
     now_ms = server_ms(now_reply)
     items = []
     for (task_id, (_, due)), raw in zip(zip(ids, rows, strict=True), payloads, strict=True):
-        sidx = int(raw[:1]) if raw and raw[:1] in (b"1", b"2", b"3") else 2
-        env = _decode(core, raw[1:] if raw else None)
+        sidx, payload = parse_scheduled(raw) if raw else (DEFAULT_SIDX, None)
+        env = _decode(core, payload)
         attempt = env.attempt if env else 1
         items.append(
             DelayedTask(

@@ -5,12 +5,12 @@ commands, whatever the queue holds."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import scripts
+from .._codecs import parse_index_value, parse_scheduled
 from .._envelope import BadEnvelope, Envelope
 from .._errors import TaskNotFound
 from .._keys import GROUP, entry_of_task_id
@@ -64,7 +64,7 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
             rows = await client.xrange(stream, entry, entry)
         payload = rows[0][1].get(b"m") if rows else None
     elif scheduled:
-        sidx, payload = int(scheduled[:1]) if scheduled[:1].isdigit() else 2, scheduled[1:]
+        sidx, payload = parse_scheduled(scheduled)
     env = _decode(core, payload)
     status = text(record.get("status", "")) if reply.state == "record" else reply.state
     error = record.get("error")
@@ -134,19 +134,15 @@ class _Fields:
         return None if not ms else parsed("task", f"{self.key} field {name!r}", lambda: utc(ms))
 
 
-_INDEX_ENTRY = re.compile(rb"([123])(\d{1,20}-\d{1,20})")
-
-
 def _located(key: str, task_id: str, where: bytes | None) -> tuple[int, str] | None:
     """(stream index, entry id) from the task's index entry; None without one, or for one
     no Tether writes (reported; the status script read past it too)."""
     if where is None:
         return None
-    found = _INDEX_ENTRY.fullmatch(where)
+    found = parse_index_value(where)
     if found is None:
         skip("task", f"{key} field {task_id!r}", f"{where[:100]!r} is not <stream 1-3><entry id>")
-        return None
-    return int(found[1]), found[2].decode()
+    return found
 
 
 def _due(key: str, task_id: str, due: float | None) -> datetime | None:

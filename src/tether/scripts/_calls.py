@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .._codecs import parse_entry_name
 from .._keys import GROUP, QueueKeys
 from .._settings import ABANDONED
 from ._script import (
@@ -201,8 +202,7 @@ class SettleReply(NamedTuple):
 
 def _entry_key(raw: Any) -> EntryKey:
     """The script's name of an entry (its stream index, then its id) as a key."""
-    named = _optional_bytes(raw) or b"0"
-    return int(named[:1]), named[1:]
+    return parse_entry_name(_optional_bytes(raw) or b"")
 
 
 def _parse_settle(reply: Any) -> SettleReply:

@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 
 from tether import ConfigError, TaskNotFound, TaskStatus, Tether
 from tether import Task as TetherTask
+from tether._codecs import locate, parse_scheduled
 from tether._config import TaskConfig
 from tether._envelope import BadEnvelope, Envelope
 from tether._keys import entry_of_task_id, queue_of_task_id
@@ -305,11 +306,9 @@ def _read(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelope | 
     record = app.serializer.loads(raw_record) if raw_record is not None else None
     payload: bytes | None = None
     if scheduled:
-        payload = bytes(scheduled[1:])  # the first byte is the stream index
+        payload = parse_scheduled(scheduled)[1]
     else:
-        located = (
-            (int(where[:1]), bytes(where[1:]).decode()) if where else entry_of_task_id(task_id)
-        )
+        located = locate(task_id, where)
         if located is not None:
             sidx, entry = located
             rows = client.xrange(keys.streams[sidx - 1], entry, entry)
