@@ -17,7 +17,7 @@ from ._common import F, connection_options, console, open_app, run
 
 if TYPE_CHECKING:
     from .._app import Tether
-    from ..dead import DeadLetter
+    from ..dead import DeadLetter, DeadLetters
 
 # `dead show` prints payloads up to this many characters unless --full is given: a 10 MB
 # payload would bury the reason and the traceback.
@@ -205,35 +205,60 @@ def dead_retry(
     retry_all: bool,
 ) -> None:
     """Enqueue entries again as fresh attempts (same task id) and remove them from here.
-    Exit status 1 when any of them could not be retried."""
-    from .._errors import TetherError
-
+    --all takes the entries present when it starts (one that fails again meanwhile stays),
+    a page at a time, and prints each it could not retry. Exit status 1 when any of them
+    could not be retried."""
     if not refs and not retry_all:
         raise click.UsageError("name entry ids or task ids, or give --all")
+    if refs and retry_all:
+        raise click.UsageError("name entry ids or task ids, or give --all, not both")
     queue = _queue_of(ctx, queue, refs)
     app = open_app(app_spec, url, namespace)
 
-    async def work(a: Tether) -> list[tuple[str, str, bool]]:
+    async def work(a: Tether) -> int:
         letters = a.dead_letters(queue)
-        names = refs
         if retry_all:
-            listed = await letters.list(count=1_000_000, newest_first=False)
-            names = tuple(d.entry_id for d in listed)
-        out = []
-        for ref in names:
-            try:
-                handle = await letters.retry(ref)
-                out.append((ref, f"queued again as {handle.id}", True))
-            except TetherError as exc:
-                out.append((ref, str(exc), False))
-        return out
+            return await _retry_every_entry(letters)
+        return await _retry_each(letters, refs)
+
+    if run(app, work):
+        sys.exit(1)
+
+
+async def _retry_every_entry(letters: DeadLetters) -> int:
+    """Retry every entry by cursor, a line on stderr for each that failed, then the count:
+    a page of entries at a time, so any number of them runs in the same memory. Returns
+    how many failed."""
+    from ..dead import Bulk, total_of
+
+    def report(bulk: Bulk) -> None:
+        for entry_id, why in bulk.failed.items():
+            click.echo(f"{entry_id}: {why}", err=True)
+
+    total = await total_of(letters.retry_all(), report)
+    failed = f"; {total.failed} could not be retried" if total.failed else ""
+    click.echo(f"retried {_entries(total.done)} of queue {letters.queue!r}{failed}")
+    return total.failed
+
+
+async def _retry_each(letters: DeadLetters, refs: tuple[str, ...]) -> int:
+    """Retry the named entries, a line for each (on stderr for a failure): how many failed."""
+    from .._errors import TetherError
 
     failed = 0
-    for ref, line, ok in run(app, work):
-        click.echo(f"{ref}: {line}", err=not ok)
-        failed += not ok
-    if failed:
-        sys.exit(1)
+    for ref in refs:
+        try:
+            handle = await letters.retry(ref)
+        except TetherError as exc:
+            click.echo(f"{ref}: {exc}", err=True)
+            failed += 1
+        else:
+            click.echo(f"{ref}: queued again as {handle.id}")
+    return failed
+
+
+def _entries(n: int) -> str:
+    return f"{n} {'entry' if n == 1 else 'entries'}"
 
 
 @dead.command("purge")
@@ -251,17 +276,20 @@ def dead_purge(
     refs: tuple[str, ...],
     yes: bool,
 ) -> None:
-    """Delete the named entries (a task id: all of its entries), or all of them. Exit
-    status 1 when a named one was not found."""
+    """Delete the named entries (a task id: all of its entries), or all of them: those
+    present when it starts, a page at a time. Exit status 1 when a named one was not
+    found."""
     queue = _queue_of(ctx, queue, refs)
     if not refs and not yes:
         click.confirm(f"delete every dead-letter entry of queue {queue!r}?", abort=True)
     app = open_app(app_spec, url, namespace)
 
     async def work(a: Tether) -> tuple[int, list[str]]:
+        from ..dead import total_of
+
         letters = a.dead_letters(queue)
         if not refs:
-            return await letters.purge(None), []
+            return (await total_of(letters.purge_all())).done, []
         deleted, missing = 0, []
         for ref in refs:
             n = await letters.purge([ref])
@@ -271,7 +299,7 @@ def dead_purge(
         return deleted, missing
 
     deleted, missing = run(app, work)
-    click.echo(f"deleted {deleted} {'entry' if deleted == 1 else 'entries'}")
+    click.echo(f"deleted {_entries(deleted)}")
     for ref in missing:
         click.echo(f"{ref}: no such dead-letter entry in queue {queue!r}", err=True)
     if missing:

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from ...dead import Bulk, DeadLetters
+from ...dead import Bulk, DeadLetters, total_of
 from .._context import WebContext
 from .._errors import CONFLICT, NOT_FOUND, TetherRoute
 from .._guard import audit
@@ -79,7 +79,9 @@ def routes(ctx: WebContext) -> APIRouter:
         who: Annotated[str, Depends(write)], queue: QueueName, selection: Selection
     ) -> BulkOut:
         """Retry several letters (``ids``), or those of one task (``task``), or all
-        (``all``): a call handles at most ``limit``; follow the ``cursor`` until null."""
+        (``all``): a call handles at most ``limit``; follow the ``cursor`` until null. The
+        calls take the letters present when the first one began: a retried task that
+        fails again meanwhile is left for another run, as the CLI and the dashboard do."""
         dead = await _letters(ctx, queue)
         if selection.ids is not None:
             bulk = await dead.retry_many(selection.ids)
@@ -96,7 +98,8 @@ def routes(ctx: WebContext) -> APIRouter:
         who: Annotated[str, Depends(write)], queue: QueueName, selection: Selection
     ) -> BulkOut:
         """Delete several letters (``ids``), those of one task (``task``, at most ``limit``
-        a call: follow the ``cursor``), or the whole stream (``all``)."""
+        a call: follow the ``cursor``), or every letter present when the call began
+        (``all``, in one call: the count, not the entry ids)."""
         dead = await _letters(ctx, queue)
         if selection.ids is not None:
             purged = await dead.purge(selection.ids)
@@ -104,9 +107,11 @@ def routes(ctx: WebContext) -> APIRouter:
             audit(who, "dead.purge", queue=queue, ids=selection.ids, purged=purged)
             return _out(bulk, purged)
         if selection.all and selection.cursor is None:
-            purged = await dead.purge(None)
-            audit(who, "dead.purge", queue=queue, all=True, purged=purged)
-            return BulkOut(count=purged, done=[])
+            # The run the CLI and the dashboard make, to its end: a stream is capped (at
+            # dead_letter_maxlen), and the answer is a count whatever the stream holds.
+            total = await total_of(dead.purge_all())
+            audit(who, "dead.purge", queue=queue, all=True, purged=total.done)
+            return BulkOut(count=total.done, done=[])
         bulk = await dead.purge_matching(selection.task, selection.cursor, selection.limit)
         audit(who, "dead.purge", queue=queue, task=selection.task, ids=bulk.done,
               cursor=bulk.cursor)  # fmt: skip

@@ -2,18 +2,17 @@
 with reason, error and traceback; one letter whole; retry and purge, one at a time, the
 selected ones, or all of them (of one task when the list is filtered).
 
-"All" runs the same bulk calls as the API (:class:`tether.dead.DeadLetters`), 500 letters
-a call, for at most :data:`BULK_SECONDS`; it takes up only the letters present when it
-began, so a retried task that fails again is not retried twice by one press. Past the
-budget the page says how many remain: press again to go on."""
+"All" is the run the CLI and the API make (:meth:`tether.dead.DeadLetters.retry_all` and
+``purge_all``), a page of letters at a time, for at most :data:`BULK_SECONDS`; it takes up
+only the letters present when it began, so a retried task that fails again is not retried
+twice by one press. Past the budget the page says more remain: press again to go on."""
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ..._errors import ConfigError, TetherError
-from ...dead import SCAN_BUDGET, DeadLetters
+from ...dead import SCAN_BUDGET, Bulk, BulkTotal, DeadLetters, total_of
 from .._context import WebContext
 from .._guard import audit
 from .._models import LISTED_PAYLOAD, DeadLetterOut
@@ -23,7 +22,6 @@ from ._render import back, form_value, form_values, page, render, route_class
 
 BULK_SECONDS = 20.0
 """How long one press of "retry all" or "purge all" may work before it reports."""
-BULK_CHUNK = 500
 TaskFilter = Annotated[str | None, Query(max_length=500, description="A task name.")]
 
 
@@ -36,11 +34,10 @@ async def _letters(ctx: WebContext, queue: str) -> DeadLetters:
     return DeadLetters(await ctx.core(), queue)
 
 
-def _failures(failed: dict[str, str]) -> str:
-    if not failed:
+def _failures(count: int, first: str) -> str:
+    if not count:
         return ""
-    first = next(iter(failed.values()))
-    return f"; {_plural(len(failed), 'letter')} could not be retried ({first})"
+    return f"; {_plural(count, 'letter')} could not be retried ({first})"
 
 
 def routes(ctx: WebContext) -> APIRouter:
@@ -134,7 +131,8 @@ def _writes_bulk(ctx: WebContext, pages: APIRouter) -> None:
         except ConfigError as exc:
             return back(request, target, str(exc), ok=False)
         audit(who, "dead.retry", queue=queue, ids=bulk.done, failed=sorted(bulk.failed))
-        words = f"Retried {_plural(len(bulk.done), 'dead letter')}{_failures(bulk.failed)}."
+        failures = _failures(len(bulk.failed), next(iter(bulk.failed.values()), ""))
+        words = f"Retried {_plural(len(bulk.done), 'dead letter')}{failures}."
         return back(request, target, words, ok=not bulk.failed)
 
     @page(pages, "/queues/{queue}/dead/purge", methods=("POST",))
@@ -160,36 +158,28 @@ def _writes_bulk(ctx: WebContext, pages: APIRouter) -> None:
 async def _retry_all(dead: DeadLetters, task: str | None, who: str) -> tuple[str, bool]:
     """Retry every letter (of ``task``) present now, within the time budget: the flash
     message, and whether every one was retried."""
-    done, failed, cursor = 0, {}, None
-    deadline = time.monotonic() + BULK_SECONDS
-    while True:
-        bulk = await dead.retry_matching(task, cursor, BULK_CHUNK)
+
+    def record(bulk: Bulk) -> None:
         audit(who, "dead.retry", queue=dead.queue, task=task, all=task is None,
               ids=bulk.done, failed=sorted(bulk.failed))  # fmt: skip
-        done += len(bulk.done)
-        failed.update(bulk.failed)
-        cursor = bulk.cursor
-        if cursor is None or time.monotonic() > deadline:
-            break
-    more = "; more remain: press again to go on" if cursor else ""
-    return f"Retried {_plural(done, 'dead letter')}{_failures(failed)}{more}.", not failed
+
+    total = await total_of(dead.retry_all(task), record, BULK_SECONDS)
+    failures = _failures(total.failed, total.first_failure)
+    words = f"Retried {_plural(total.done, 'dead letter')}{failures}{_more(total)}."
+    return words, not total.failed
 
 
 async def _purge_all(dead: DeadLetters, task: str | None, who: str) -> str:
-    """Delete every letter (the whole stream at once), or every letter of ``task`` present
-    now within the time budget: the flash message."""
-    if task is None:
-        purged = await dead.purge(None)
-        audit(who, "dead.purge", queue=dead.queue, all=True, purged=purged)
-        return f"Purged {_plural(purged, 'dead letter')}."
-    done, cursor = 0, None
-    deadline = time.monotonic() + BULK_SECONDS
-    while True:
-        bulk = await dead.purge_matching(task, cursor, BULK_CHUNK)
-        audit(who, "dead.purge", queue=dead.queue, task=task, ids=bulk.done)
-        done += len(bulk.done)
-        cursor = bulk.cursor
-        if cursor is None or time.monotonic() > deadline:
-            break
-    more = "; more remain: press again to go on" if cursor else ""
-    return f"Purged {_plural(done, 'dead letter')} of {task}{more}."
+    """Delete every letter (of ``task``) present now, within the time budget: the flash
+    message."""
+
+    def record(bulk: Bulk) -> None:
+        audit(who, "dead.purge", queue=dead.queue, task=task, all=task is None, ids=bulk.done)
+
+    total = await total_of(dead.purge_all(task), record, BULK_SECONDS)
+    of_task = f" of {task}" if task else ""
+    return f"Purged {_plural(total.done, 'dead letter')}{of_task}{_more(total)}."
+
+
+def _more(total: BulkTotal) -> str:
+    return "; more remain: press again to go on" if total.cursor else ""
