@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +32,7 @@ from ._envelope import (
 from ._errors import ArgumentSerializationError, EnqueueError
 from ._faults import Fault, classify, describe_error, is_pool_exhausted
 from ._handle import TaskHandle
-from ._keys import derived_task_id
+from ._keys import QueueKeys, derived_task_id
 from ._middleware import Middleware, call_hooks, call_hooks_sync, overrides
 from ._settings import PRIORITIES
 
@@ -117,23 +117,100 @@ class Plan:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One command of an enqueue, built without I/O: a script call (``call``), or a bare
+    command (``command``, one ``XADD``) whose reply ``parse`` reads."""
+
+    call: Call[list[Any]] | None
+    command: tuple[Any, ...] | None = None
+    parse: Callable[[Any], list[Any]] | None = None
+
+
 @dataclass(slots=True)
-class _Prepared:
+class Write:
+    """An enqueue call, planned and encoded: the ids it gives, the payloads, the steps."""
+
     plan: Plan
     ids: list[str]
     payloads: list[bytes]
+    steps: list[Step]
 
 
-def _prepare(
+def plain_steps(stream: str, payloads: list[bytes], *, replicas: bool) -> list[Step]:
+    """A plain task is one ``XADD``; a batch (or a write that waits for replicas) is the
+    ``append`` script, ``CHUNK`` payloads a call. Each reply is a list of entry ids."""
+    if len(payloads) == 1 and not replicas:
+        return [Step(None, ("XADD", stream, "*", "m", payloads[0]), _entry_ids)]
+    return [
+        Step(scripts.append(stream, payloads[start : start + CHUNK]))
+        for start in range(0, len(payloads), CHUNK)
+    ]
+
+
+def scripted_steps(
+    keys: QueueKeys,
+    sidx: int,
+    ids: Sequence[str],
+    payloads: Sequence[bytes],
+    *,
+    mode: str = "n",
+    when: int = 0,
+    dedup_key: str | None = None,
+) -> list[Step]:
+    """Delayed (``mode`` 'r' relative or 'a' absolute, ``when`` ms) or deduplicated tasks:
+    the ``enqueue`` script, ``CHUNK`` tasks a call. Each reply is a list of ``Enqueued``."""
+    items = [
+        scripts.EnqueueItem(task_id, payload, sidx, mode, when, dedup_key, DEDUP_MAX_HOLD_MS)
+        for task_id, payload in zip(ids, payloads, strict=True)
+    ]
+    return [Step(scripts.enqueue(keys, items[i : i + CHUNK])) for i in range(0, len(items), CHUNK)]
+
+
+def write_of(
     core: Core, task: Enqueueable, plan: Plan, calls: Calls, headers: dict[str, str] | None
-) -> _Prepared:
+) -> Write:
+    """Check and encode every call, and the steps that write them: nothing is sent."""
     ids: list[str] = [] if plan.plain else [f"{plan.queue}:{uuid.uuid4().hex}" for _ in calls]
     opts = task.call_options
     delay_ms = None if opts.delay is None else int(opts.delay * 1000)
     payloads = encode(
         core.serializer, task, calls, ids, plan.options, delay_ms, opts.at_ms, headers
     )
-    return _Prepared(plan, ids, payloads)
+    if plan.plain:
+        steps = plain_steps(plan.stream, payloads, replicas=bool(core.settings.enqueue_replicas))
+    else:
+        mode, when = "n", 0
+        if delay_ms is not None:
+            mode, when = "r", delay_ms
+        elif opts.at_ms is not None:
+            mode, when = "a", opts.at_ms
+        keys = core.keys(plan.queue)
+        dedup_key = keys.dedup(opts.key) if opts.key is not None else None
+        steps = scripted_steps(
+            keys, plan.sidx, ids, payloads, mode=mode, when=when, dedup_key=dedup_key
+        )
+    return Write(plan, ids, payloads, steps)
+
+
+def handles_of(core: Core, write: Write, replies: list[Any]) -> list[TaskHandle[Any]]:
+    """The handles of a write, from the replies of its steps."""
+    plan = write.plan
+    queue = plan.queue
+    if plan.plain:
+        sidx = plan.sidx
+        return [TaskHandle(core, derived_task_id(queue, sidx, e), queue) for e in replies]
+    handles: list[TaskHandle[Any]] = []
+    for task_id, reply in zip(write.ids, replies, strict=True):
+        if reply.duplicate_of is not None:
+            handles.append(TaskHandle(core, reply.duplicate_of, queue, duplicate=True))
+        else:
+            handles.append(TaskHandle(core, task_id, queue))
+    return handles
+
+
+def _entry_ids(reply: Any) -> list[str]:
+    return [reply.decode() if isinstance(reply, bytes) else str(reply)]
 
 
 # -- asyncio ------------------------------------------------------------------------------
@@ -159,50 +236,36 @@ async def enqueue(core: Core, task: Enqueueable, plan: Plan, calls: Calls) -> li
 async def _enqueue(
     core: Core, task: Enqueueable, plan: Plan, calls: Calls, headers: dict[str, str] | None
 ) -> list[TaskHandle[Any]]:
-    prepared = _prepare(core, task, plan, calls, headers)
+    write = write_of(core, task, plan, calls, headers)
     if core.intercept is not None:  # tether.testing: served in memory
         handles: list[TaskHandle[Any]] = await core.intercept.enqueue(
-            task, plan, prepared.ids, prepared.payloads
+            task, plan, write.ids, write.payloads
         )
         return handles
     try:
-        if plan.plain:
-            entries = await _append(core, plan.stream, prepared.payloads)
-            handles = _plain_handles(core, plan, entries)
-        else:
-            replies = await _scripted(core, task, prepared)
-            handles = _scripted_handles(core, plan, prepared.ids, replies)
+        handles = handles_of(core, write, await execute(core, write.steps))
     except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
-        raise _enqueue_error(core, task.name, exc) from exc
+        raise enqueue_error(core, task.name, exc) from exc
     if core.middleware and overrides(core.middleware, "on_enqueue"):
         await _on_enqueue(core.middleware, task, plan, handles)
     return handles
 
 
-async def _append(core: Core, stream: str, payloads: list[bytes]) -> list[str]:
-    if core.settings.enqueue_replicas:
-        entries: list[str] = []
-        for start in range(0, len(payloads), CHUNK):
-            call = scripts.append(stream, payloads[start : start + CHUNK])
-            entries += call.parse(await _with_replicas(core, call))
-        return entries
-    client = core.client
-    if len(payloads) == 1:
-        entry = await client.execute_command("XADD", stream, "*", "m", payloads[0])
-        return [entry.decode() if isinstance(entry, bytes) else str(entry)]
-    entries = []
-    for start in range(0, len(payloads), CHUNK):
-        entries += await scripts.append(stream, payloads[start : start + CHUNK]).run(client)
-    return entries
-
-
-async def _scripted(core: Core, task: Enqueueable, prepared: _Prepared) -> list[scripts.Enqueued]:
-    replies: list[scripts.Enqueued] = []
-    for call in _enqueue_calls(core, task, prepared):
-        if core.settings.enqueue_replicas:
-            replies += call.parse(await _with_replicas(core, call))
+async def execute(core: Core, steps: Sequence[Step], client: Any = None) -> list[Any]:
+    """Send the steps in order (waiting for replicas when the app asks), their replies
+    concatenated. ``client``: another than the app's own."""
+    client = core.client if client is None else client
+    replies: list[Any] = []
+    for step in steps:
+        if step.command is not None:
+            assert step.parse is not None
+            replies += step.parse(await client.execute_command(*step.command))
+        elif core.settings.enqueue_replicas:
+            assert step.call is not None
+            replies += step.call.parse(await _with_replicas(core, step.call))
         else:
-            replies += await call.run(core.client)
+            assert step.call is not None
+            replies += await step.call.run(client)
     return replies
 
 
@@ -286,30 +349,38 @@ def enqueue_sync(
 def _enqueue_sync(
     core: Core, task: Enqueueable, plan: Plan, calls: Calls, headers: dict[str, str] | None
 ) -> list[TaskHandle[Any]]:
-    prepared = _prepare(core, task, plan, calls, headers)
+    write = write_of(core, task, plan, calls, headers)
     if core.intercept is not None:
         intercepted: list[TaskHandle[Any]] = core.intercept.enqueue_sync(
-            task, plan, prepared.ids, prepared.payloads
+            task, plan, write.ids, write.payloads
         )
         return intercepted
     try:
-        if plan.plain:
-            handles = _plain_handles(core, plan, _append_sync(core, plan.stream, prepared.payloads))
-        else:
-            replies: list[scripts.Enqueued] = []
-            for call in _enqueue_calls(core, task, prepared):
-                if core.settings.enqueue_replicas:
-                    replies += call.parse(_with_replicas_sync(core, call))
-                else:
-                    replies += call.run_sync(core.sync_client)
-            handles = _scripted_handles(core, plan, prepared.ids, replies)
+        handles = handles_of(core, write, execute_sync(core, write.steps))
     except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
-        raise _enqueue_error(core, task.name, exc) from exc
+        raise enqueue_error(core, task.name, exc) from exc
     if core.middleware and overrides(core.middleware, "on_enqueue"):
         # The async hooks run on a private loop, one for the whole call (a loop per task made
         # a batch 15 times slower): this thread runs none (checked above).
         asyncio.run(_on_enqueue(core.middleware, task, plan, handles))
     return handles
+
+
+def execute_sync(core: Core, steps: Sequence[Step]) -> list[Any]:
+    """:func:`execute` on the app's blocking client."""
+    client: Any = core.sync_client
+    replies: list[Any] = []
+    for step in steps:
+        if step.command is not None:
+            assert step.parse is not None
+            replies += step.parse(client.execute_command(*step.command))
+        elif core.settings.enqueue_replicas:
+            assert step.call is not None
+            replies += step.call.parse(_with_replicas_sync(core, step.call))
+        else:
+            assert step.call is not None
+            replies += step.call.run_sync(client)
+    return replies
 
 
 def enqueue_one_sync(
@@ -337,25 +408,9 @@ def enqueue_one_sync(
         client: Any = core.sync_client
         entry = client.execute_command("XADD", plan.stream, "*", "m", payload)
     except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
-        raise _enqueue_error(core, task.name, exc) from exc
+        raise enqueue_error(core, task.name, exc) from exc
     entry_id = entry.decode() if isinstance(entry, bytes) else str(entry)
     return TaskHandle(core, derived_task_id(plan.queue, plan.sidx, entry_id), plan.queue)
-
-
-def _append_sync(core: Core, stream: str, payloads: list[bytes]) -> list[str]:
-    entries: list[str] = []
-    if core.settings.enqueue_replicas:
-        for start in range(0, len(payloads), CHUNK):
-            call = scripts.append(stream, payloads[start : start + CHUNK])
-            entries += call.parse(_with_replicas_sync(core, call))
-        return entries
-    client: Any = core.sync_client
-    if len(payloads) == 1:
-        entry = client.execute_command("XADD", stream, "*", "m", payloads[0])
-        return [entry.decode() if isinstance(entry, bytes) else str(entry)]
-    for start in range(0, len(payloads), CHUNK):
-        entries += scripts.append(stream, payloads[start : start + CHUNK]).run_sync(client)
-    return entries
 
 
 def _with_replicas_sync(core: Core, call: Call[Any]) -> Any:
@@ -485,43 +540,6 @@ def encode(
     return payloads
 
 
-def _enqueue_calls(
-    core: Core, task: Enqueueable, prepared: _Prepared
-) -> list[Call[list[scripts.Enqueued]]]:
-    opts = task.call_options
-    keys = core.keys(prepared.plan.queue)
-    dedup_key = keys.dedup(opts.key) if opts.key is not None else None
-    mode, when = "n", 0
-    if opts.delay is not None:
-        mode, when = "r", int(opts.delay * 1000)
-    elif opts.at_ms is not None:
-        mode, when = "a", opts.at_ms
-    items = [
-        scripts.EnqueueItem(
-            task_id, payload, prepared.plan.sidx, mode, when, dedup_key, DEDUP_MAX_HOLD_MS
-        )
-        for task_id, payload in zip(prepared.ids, prepared.payloads, strict=True)
-    ]
-    return [scripts.enqueue(keys, items[i : i + CHUNK]) for i in range(0, len(items), CHUNK)]
-
-
-def _plain_handles(core: Core, plan: Plan, entries: list[str]) -> list[TaskHandle[Any]]:
-    queue, sidx = plan.queue, plan.sidx
-    return [TaskHandle(core, derived_task_id(queue, sidx, e), queue) for e in entries]
-
-
-def _scripted_handles(
-    core: Core, plan: Plan, ids: list[str], replies: list[scripts.Enqueued]
-) -> list[TaskHandle[Any]]:
-    handles: list[TaskHandle[Any]] = []
-    for task_id, reply in zip(ids, replies, strict=True):
-        if reply.duplicate_of is not None:
-            handles.append(TaskHandle(core, reply.duplicate_of, plan.queue, duplicate=True))
-        else:
-            handles.append(TaskHandle(core, task_id, plan.queue))
-    return handles
-
-
 def _check_replicas(core: Core, acked: int) -> None:
     needed = core.settings.enqueue_replicas
     if acked < needed:
@@ -532,7 +550,7 @@ def _check_replicas(core: Core, acked: int) -> None:
         )
 
 
-def _enqueue_error(core: Core, task: str, exc: BaseException) -> EnqueueError:
+def enqueue_error(core: Core, task: str, exc: BaseException) -> EnqueueError:
     """A clear EnqueueError naming the cause, for any error of the server or the network."""
     cause = describe_error(exc, core.target.redacted)
     if (

@@ -16,14 +16,13 @@ from datetime import timedelta
 import redis.exceptions
 from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 
-from ... import scripts
 from ..._core import Core
-from ..._enqueue import DEDUP_MAX_HOLD_MS, _enqueue_error
 from ..._envelope import JsonSerializer
 from ..._errors import ConfigError, ServerError, TetherError
 from ..._redis import AsyncClient
 from ..._settings import WorkerSettings, _positive_int, check_name, seconds
 from ...dead import DeadLetters
+from ...producer import enqueue_error, execute, plain_steps, scripted_steps
 from ._consumer import Consumer
 from ._delivery import _current
 from ._middleware import TetherMiddleware
@@ -178,13 +177,15 @@ class TetherBroker(AsyncBroker):
         try:
             await self._send(client, message, kick)
         except (redis.exceptions.RedisError, OSError) as exc:
-            raise _enqueue_error(self.core, message.task_name, exc) from exc
+            raise enqueue_error(self.core, message.task_name, exc) from exc
         running = _current.get()
         if running is not None and running.taskiq_id == message.task_id:
             running.rekicked = True  # a taskiq retry of the task running in this context
 
     async def _send(self, client: AsyncClient, message: BrokerMessage, kick: Kick) -> None:
+        """Tether's own enqueue steps (``tether.producer``) with taskiq's message inside."""
         now_ms = int(time.time() * 1000)
+        keys = self._keys
         if kick.plain:
             payload = wrap(
                 self._envelopes,
@@ -193,9 +194,8 @@ class TetherBroker(AsyncBroker):
                 message=message.message,
                 now_ms=now_ms,
             )
-            await client.execute_command(
-                "XADD", self._keys.streams[kick.sidx - 1], "*", "m", payload
-            )
+            steps = plain_steps(keys.streams[kick.sidx - 1], [payload], replicas=False)
+            await execute(self.core, steps, client)
             return
         task_id = tether_id(self.queue, message.task_id)
         payload = wrap(
@@ -207,13 +207,12 @@ class TetherBroker(AsyncBroker):
             task_id=task_id,
             kick=kick,
         )
-        keys = self._keys
-        dedup = keys.dedup(kick.dedup_key) if kick.dedup_key is not None else None
         mode, when = ("r", kick.delay_ms) if kick.delay_ms is not None else ("n", 0)
-        item = scripts.EnqueueItem(
-            task_id, payload, kick.sidx, mode, when, dedup, DEDUP_MAX_HOLD_MS
-        )
-        (reply,) = await scripts.enqueue(keys, [item]).run(client)
+        steps = scripted_steps(
+            keys, kick.sidx, [task_id], [payload], mode=mode, when=when,
+            dedup_key=keys.dedup(kick.dedup_key) if kick.dedup_key is not None else None,
+        )  # fmt: skip
+        (reply,) = await execute(self.core, steps, client)
         if reply.duplicate_of is None:
             return
         holder = taskiq_id_of(self.queue, reply.duplicate_of)
