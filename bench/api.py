@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import fleet  # noqa: E402
 from tether import Tether  # noqa: E402
-from tether._embedded import free_port  # noqa: E402
+from tether.base._embedded import free_port  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 QUEUE = "default"
@@ -316,7 +316,7 @@ def main() -> None:
         serve(args.serve)
         return
     n = 50 if args.quick else args.requests
-    from tether._embedded import EmbeddedServer
+    from tether.base._embedded import EmbeddedServer
 
     server = EmbeddedServer().start()
     try:

@@ -12,7 +12,7 @@ one namespace with 50 queues holding, between them, 100,000 queued tasks (over t
 priorities), 10,000 dead letters (real failures, run by a worker), 1,000 delayed tasks and
 50 entries delivered to workers; 20 live worker records serving every queue (the
 heartbeat's format, with their leases); and an hour and a day of statistics for two task
-names per queue (the workers' format, ``tether._histogram``), so that every chart and every
+names per queue (the workers' format, ``tether.base._histogram``), so that every chart and every
 row of the statistics has data. A second namespace gets a tenth of the tasks, letters and
 delayed tasks (the same queues, workers and statistics). Each is served by ``tether web``
 (this module's app) in a process of its own; this process sends each page's requests one
@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench import fleet  # noqa: E402
 from tether import Tether  # noqa: E402
-from tether._embedded import free_port  # noqa: E402
-from tether._histogram import bucket  # noqa: E402
+from tether.base._embedded import free_port  # noqa: E402
+from tether.base._histogram import bucket  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 QUEUES = [f"q{i:02d}" for i in range(50)]
@@ -279,7 +279,7 @@ def main() -> None:
     parser.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
     n = 20 if args.quick else args.requests
-    from tether._embedded import EmbeddedServer
+    from tether.base._embedded import EmbeddedServer
 
     server = EmbeddedServer().start()
     try:

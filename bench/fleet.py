@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tether import Tether
-from tether._keys import known_queues_key, registry_keys
-from tether._version import __version__
+from tether.base._version import __version__
+from tether.protocol._keys import known_queues_key, registry_keys
 
 
 def add_workers(

@@ -44,7 +44,7 @@ from bench import procs  # noqa: E402
 from bench.config import Config  # noqa: E402
 from bench.stats import Probe, command_delta  # noqa: E402
 from tether import Task, Tether  # noqa: E402
-from tether._embedded import EmbeddedServer  # noqa: E402
+from tether.base._embedded import EmbeddedServer  # noqa: E402
 
 APP = "bench.apps.flow"
 KEYS = 8

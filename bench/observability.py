@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import (  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 
 from tether import TaskContext, Tether, WorkerSettings  # noqa: E402
-from tether._embedded import EmbeddedServer, embedded_binary  # noqa: E402
+from tether.base._embedded import EmbeddedServer, embedded_binary  # noqa: E402
 from tether.contrib.opentelemetry import Tracing  # noqa: E402
 from tether.metrics._tally import AttemptTally  # noqa: E402
 from tether.worker import Worker  # noqa: E402

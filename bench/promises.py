@@ -34,7 +34,7 @@ envs.run_with_this_tether(__file__)
 
 import redis  # noqa: E402
 
-from tether._embedded import EmbeddedServer, stop_process  # noqa: E402
+from tether.base._embedded import EmbeddedServer, stop_process  # noqa: E402
 
 APP = "bench.apps.promises:app"
 

@@ -111,7 +111,7 @@ def run_one(
 ) -> dict[str, Any]:
     """One system, one round, in a fresh server unless --url. Never raises for the system's
     failures: they come back in the result's errors."""
-    from tether._embedded import EmbeddedServer
+    from tether.base._embedded import EmbeddedServer
 
     driver_cores, worker_cores = cores
     server = None

@@ -43,7 +43,7 @@ envs.run_with_this_tether(__file__)
 import redis.asyncio  # noqa: E402
 
 from tether import Task, Tether  # noqa: E402
-from tether._embedded import EmbeddedServer  # noqa: E402
+from tether.base._embedded import EmbeddedServer  # noqa: E402
 from tether.testing import delete_namespace  # noqa: E402
 
 PAYLOAD = "x" * 200

@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import redis  # noqa: E402
 
-from tether._embedded import EmbeddedServer  # noqa: E402
-from tether._keys import QueueKeys  # noqa: E402
+from tether.base._embedded import EmbeddedServer  # noqa: E402
+from tether.protocol._keys import QueueKeys  # noqa: E402
 from tether.worker._stats import Observation, StatsKeys  # noqa: E402
 
 PER_MINUTE = 100

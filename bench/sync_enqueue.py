@@ -38,8 +38,8 @@ envs.run_with_this_tether(__file__)
 import redis  # noqa: E402
 
 from tether import Tether  # noqa: E402
-from tether._embedded import EmbeddedServer, embedded_binary  # noqa: E402
-from tether._enqueue import encode  # noqa: E402
+from tether.base._embedded import EmbeddedServer, embedded_binary  # noqa: E402
+from tether.producer._enqueue import encode  # noqa: E402
 
 NAMESPACE = "bench-sync"
 

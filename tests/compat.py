@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tether.scripts import _limits, _script  # noqa: F401 - _limits: its scripts register
+from tether.protocol.scripts import _limits, _script  # noqa: F401 - _limits: its scripts register
 
 _DIR = "PYTEST_TETHER_COMPAT_DIR"
 

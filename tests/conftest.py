@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tether import Tether
-from tether._embedded import EmbeddedServer, embedded_binary
+from tether.base._embedded import EmbeddedServer, embedded_binary
 
 from . import compat, reaper
 from .helpers import ServerInfo, WorkerProcess

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 import redis
 
 from tether import Tether, Worker, WorkerSettings
-from tether._embedded import EmbeddedServer
+from tether.base._embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,8 +29,8 @@ from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.retry import Retry
 
-from tether._embedded import EmbeddedServer, embedded_binary, free_port, system_binary
-from tether._errors import TetherError
+from tether.base._embedded import EmbeddedServer, embedded_binary, free_port, system_binary
+from tether.base._errors import TetherError
 
 HOST = "127.0.0.1"
 BUS_PORT_OFFSET = 10000

@@ -10,10 +10,9 @@ async def add(x: int, y: int) -> int:
 """
 
 from ._app import Tether
-from ._config import Backoff
-from ._context import TaskContext, current_task
-from ._envelope import JsonSerializer, Serializer
-from ._errors import (
+from .base._config import Backoff
+from .base._context import TaskContext, current_task
+from .base._errors import (
     ArgumentSerializationError,
     BlockingCallError,
     ConfigError,
@@ -31,12 +30,13 @@ from ._errors import (
     TaskTimeout,
     TetherError,
 )
-from ._handle import TaskHandle
-from ._middleware import Middleware
-from ._settings import PRIORITIES, WorkerSettings
-from ._status import CancelResult, TaskStatus
-from ._task import AsyncTask, SyncTask, Task, TaskCall
-from ._version import __version__
+from .base._middleware import Middleware
+from .base._settings import PRIORITIES, WorkerSettings
+from .base._status import CancelResult, TaskStatus
+from .base._version import __version__
+from .producer._handle import TaskHandle
+from .producer._task import AsyncTask, SyncTask, Task, TaskCall
+from .protocol._envelope import JsonSerializer, Serializer
 from .worker import Worker, WorkerCounters
 
 __all__ = [

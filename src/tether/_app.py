@@ -1,6 +1,6 @@
 """The Tether facade: declare tasks on it, enqueue them, and run workers for it.
 
-It is a :class:`~tether._core.Core` (settings, connection, keys, serializer, registry) with
+It is a :class:`~tether.producer._core.Core` (settings, connection, keys, serializer, registry) with
 the declaring and composing methods on top. The parts it composes depend on the core, never
 on this module.
 """
@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from typing_extensions import Self
 
-from ._blocking import refuse_on_loop
-from ._config import Backoff, TaskConfig
-from ._core import DEFAULT_URL, Core
-from ._errors import ConfigError
-from ._handle import TaskHandle
-from ._keys import queue_of_task_id, task_id_problem
-from ._limits import TaskLimits
-from ._settings import WorkerSettings, check_name, check_priority
-from ._task import AsyncTask, P, R, SyncTask, Task, default_task_name, task_class
+from .base._blocking import refuse_on_loop
+from .base._config import Backoff, TaskConfig
+from .base._errors import ConfigError
+from .base._limits import TaskLimits
+from .base._settings import WorkerSettings, check_name, check_priority
+from .producer._core import DEFAULT_URL, Core
+from .producer._handle import TaskHandle
+from .producer._task import AsyncTask, P, R, SyncTask, Task, default_task_name, task_class
+from .protocol._keys import queue_of_task_id, task_id_problem
 
 if TYPE_CHECKING:
-    from ._schedule import Missed
     from .admin import Stats, WorkerInfo
+    from .base._schedule import Missed
     from .dead import DeadLetters
     from .limits import Limits
     from .scheduler import Scheduler, Schedules

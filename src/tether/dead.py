@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from ._envelope import BadEnvelope, Envelope
-from ._errors import ConfigError, TaskNotFound, TetherError
-from ._handle import TaskHandle
-from ._keys import queue_of_task_id
-from ._redis import text
-from ._unreadable import parsed, skip
 from .admin._models import Page
-from .scripts import Call, dead_retry
+from .base._errors import ConfigError, TaskNotFound, TetherError
+from .base._redis import text
+from .base._unreadable import parsed, skip
+from .producer._handle import TaskHandle
+from .protocol._envelope import BadEnvelope, Envelope
+from .protocol._keys import queue_of_task_id
+from .protocol.scripts import Call, dead_retry
 
 if TYPE_CHECKING:
-    from ._core import Core
+    from .producer._core import Core
 
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 _PAGE = 1000

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from ._errors import ConfigError
-from ._histogram import split_field
-from ._limits import (
+from .base._errors import ConfigError
+from .base._histogram import split_field
+from .base._limits import (
     WIRE_FIELDS,
     Rate,
     TaskLimitKeys,
@@ -37,14 +37,14 @@ from ._limits import (
     overrides_key,
     parse_rate,
 )
-from ._redis import text
-from ._settings import check_name
-from ._unreadable import parsed, text_or_none
-from .scripts import _limits as calls
+from .base._redis import text
+from .base._settings import check_name
+from .base._unreadable import parsed, text_or_none
+from .protocol.scripts import _limits as calls
 
 if TYPE_CHECKING:
-    from ._core import Core
-    from ._keys import QueueKeys
+    from .producer._core import Core
+    from .protocol._keys import QueueKeys
 
 __all__ = ["KEEP", "HeldCounts", "KeyUsage", "LimitInfo", "Limits"]
 
@@ -58,7 +58,7 @@ KEEP: Final = _Keep()
 """The default of every :meth:`Limits.set` argument: leave that limit as it is."""
 
 HELD = ("held_rate", "held_key_rate", "held_concurrency", "held_key_concurrency")
-"""Statistics fields counted by admissions (see tether._histogram for the format)."""
+"""Statistics fields counted by admissions (see tether.base._histogram for the format)."""
 BACKPRESSURE = "held_backpressure"
 """Statistics field counted when a task raised RateLimited."""
 RELEASE_BUDGET = 1000

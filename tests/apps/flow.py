@@ -8,7 +8,7 @@ import asyncio
 import os
 
 from tether import Tether, current_task
-from tether._redis import AsyncClient, async_client, parse_url
+from tether.base._redis import AsyncClient, async_client, parse_url
 
 app = Tether()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from tether import Backoff, Tether, current_task
-from tether._redis import AsyncClient, async_client, parse_url
+from tether.base._redis import AsyncClient, async_client, parse_url
 
 app = Tether()
 

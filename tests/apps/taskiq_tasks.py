@@ -12,7 +12,7 @@ import time
 
 from taskiq import SimpleRetryMiddleware
 
-from tether._redis import AsyncClient, async_client
+from tether.base._redis import AsyncClient, async_client
 from tether.contrib.taskiq import TetherBroker, current_delivery
 
 broker = TetherBroker(**json.loads(os.environ.get("TQ_BROKER", "{}"))).with_middlewares(

@@ -9,7 +9,7 @@ import signal
 import time
 
 from tether import Tether, current_task
-from tether._redis import AsyncClient, async_client, parse_url
+from tether.base._redis import AsyncClient, async_client, parse_url
 
 app = Tether()
 

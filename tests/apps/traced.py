@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from tether import Backoff, RateLimited, Tether, current_task
-from tether._redis import AsyncClient, async_client, parse_url
+from tether.base._redis import AsyncClient, async_client, parse_url
 from tether.contrib.opentelemetry import PREVIOUS_RUN, Tracing
 
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import redis
 
-from tether import Tether, scripts
-from tether._keys import GROUP, QueueKeys, registry_keys
+from tether import Tether
+from tether.protocol import scripts
+from tether.protocol._keys import GROUP, QueueKeys, registry_keys
 
 from ..helpers import WorkerProcess, wait_until
 from .app import entries_key, gate_key, runs_key, starts_key

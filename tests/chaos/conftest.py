@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether._embedded import EmbeddedServer
+from tether.base._embedded import EmbeddedServer
 
 from ..conftest import start_server
 from ..helpers import ServerInfo, WorkerProcess

@@ -21,9 +21,9 @@ import pytest
 import redis
 
 from tether import Tether
-from tether._embedded import EmbeddedServer
-from tether._keys import GROUP, QueueKeys
-from tether._redis import parse_url, sync_client
+from tether.base._embedded import EmbeddedServer
+from tether.base._redis import parse_url, sync_client
+from tether.protocol._keys import GROUP, QueueKeys
 
 from ..conftest import SERVER_KINDS, start_server
 from ..helpers import WorkerProcess, wait_until

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from tether import scripts
+from tether.protocol import scripts
 
 from ..helpers import WorkerProcess, wait_until
 from ._harness import GATED, Chaos, Sampler

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from tether import Backoff, ConfigError, QueueNotFound, TaskFailed, TaskNotFound, Tether
-from tether._keys import QueueKeys, known_queues_key
 from tether.admin import Page
+from tether.protocol._keys import QueueKeys, known_queues_key
 
 from ..apps import ops
 from ..helpers import FAST, ROOT, WorkerProcess, eventually, running_worker

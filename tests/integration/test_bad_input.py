@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tether import Tether
-from tether._keys import QueueKeys
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import eventually, running_worker
 

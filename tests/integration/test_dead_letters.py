@@ -24,9 +24,9 @@ import redis
 from click.testing import CliRunner
 
 from tether import Tether
-from tether._keys import QueueKeys, known_queues_key
 from tether.cli import main
 from tether.dead import SCAN_BUDGET, total_of
+from tether.protocol._keys import QueueKeys, known_queues_key
 from tether.web import create_app
 from tether.web.pages import _dead as dead_pages
 

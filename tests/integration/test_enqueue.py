@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tether import EnqueueError, SerializationError, TaskStatus, Tether
-from tether._keys import QueueKeys
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import running_worker
 
@@ -114,7 +114,7 @@ async def test_enqueue_without_open_app_is_a_clear_error(url: str, namespace: st
 
 async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: str) -> None:
     """Producers used to get raw redis-py errors."""
-    from tether._embedded import free_port
+    from tether.base._embedded import free_port
 
     app = Tether(f"redis://127.0.0.1:{free_port()}/0", namespace=namespace, connect_timeout=0.2)
 
@@ -132,8 +132,8 @@ async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: 
 
 async def test_the_scripts_write_the_value_formats_the_codecs_read(app: Tether) -> None:
     """The index value and the scheduled payload, as the enqueue script writes them on the
-    server, read back with ``tether._codecs``: one format, one reader."""
-    from tether._codecs import parse_index_value, parse_scheduled
+    server, read back with ``tether.protocol._codecs``: one format, one reader."""
+    from tether.protocol._codecs import parse_index_value, parse_scheduled
 
     @app.task(name="codec.t")
     async def t(x: int) -> int:

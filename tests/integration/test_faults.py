@@ -1,4 +1,4 @@
-"""The one classification of what a server answers instead of a result (``tether._faults``),
+"""The one classification of what a server answers instead of a result (``tether.base._faults``),
 one test per entry of its table, each with the reply a real server gives in that state:
 a failover's CLUSTERDOWN, another client's BUSY script, a failed save's MISCONF, a full
 server's OOM, a demoted master's READONLY, a replica's MASTERDOWN, NOREPLICAS, a wrong
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tether._embedded import EmbeddedServer, free_port
-from tether._faults import (
+from tether.base._embedded import EmbeddedServer, free_port
+from tether.base._faults import (
     Fault,
     UnknownReplies,
     classify,

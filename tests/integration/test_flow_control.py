@@ -22,9 +22,9 @@ import pytest
 import redis
 
 from tether import ConfigError, RateLimited, Task, TaskFailed, Tether, current_task
-from tether._embedded import EmbeddedServer
-from tether._limits import TaskLimitKeys, held_key, holder_name, parse_rate
-from tether._status import TaskStatus
+from tether.base._embedded import EmbeddedServer
+from tether.base._limits import TaskLimitKeys, held_key, holder_name, parse_rate
+from tether.base._status import TaskStatus
 
 from ..helpers import FAST, ServerInfo, WorkerProcess, eventually, running_worker, wait_until
 from ..servers import LocalCluster

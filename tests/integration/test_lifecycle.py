@@ -28,7 +28,7 @@ from tether import (
     Tether,
     current_task,
 )
-from tether._keys import QueueKeys
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import ROOT, eventually, running_worker
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from tether import ServerError, Tether
-from tether._embedded import EmbeddedServer, free_port
+from tether.base._embedded import EmbeddedServer, free_port
 from tether.worker._server import _per_node, check_version
 
 from ..conftest import start_server
@@ -171,7 +171,7 @@ async def test_a_worker_whose_streams_vanish_mid_task_carries_on(
     has nothing left to acknowledge, and the worker goes on serving."""
     import redis.asyncio
 
-    from tether._keys import QueueKeys
+    from tether.protocol._keys import QueueKeys
 
     release = asyncio.Event()
     done: list[str] = []
@@ -206,7 +206,7 @@ async def test_tasks_the_server_lost_are_counted_as_lost_by_it_not_as_lost_lease
     task ran twice: the worker must not say so (it used to count each as a lost lease)."""
     import redis.asyncio
 
-    from tether._keys import QueueKeys
+    from tether.protocol._keys import QueueKeys
 
     from ..helpers import ServerInfo
 

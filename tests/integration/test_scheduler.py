@@ -17,7 +17,7 @@ import redis
 from click.testing import CliRunner
 
 from tether import ConfigError, Tether
-from tether._keys import QueueKeys
+from tether.protocol._keys import QueueKeys
 from tether.scheduler import Schedule, Scheduler
 
 from ..helpers import ROOT, running_worker, wait_until

@@ -21,7 +21,7 @@ import redis.sentinel
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException
 
-from tether._redis import parse_url
+from tether.base._redis import parse_url
 
 from ..servers import LocalCluster, LocalSentinel
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tether import scripts
-from tether._keys import GROUP, QueueKeys
-from tether.scripts import SettleItem
+from tether.protocol import scripts
+from tether.protocol._keys import GROUP, QueueKeys
+from tether.protocol.scripts import SettleItem
 from tether.worker._stats import Observation, StatsKeys
 
 pytestmark = pytest.mark.compat  # on every server kind: see tests/compat.py

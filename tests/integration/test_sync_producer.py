@@ -27,8 +27,8 @@ from tether import (
     TaskStatus,
     Tether,
 )
-from tether._keys import QueueKeys
-from tether._redis import parse_url, sync_client
+from tether.base._redis import parse_url, sync_client
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import ROOT, WorkerProcess, read_runs, running_worker
 from ..servers import LocalCluster, LocalSentinel

@@ -23,8 +23,8 @@ from taskiq.kicker import AsyncKicker
 from taskiq.receiver import Receiver
 
 from tether import ConfigError, EnqueueError
-from tether._keys import GROUP, QueueKeys
 from tether.contrib.taskiq import TetherBroker, current_delivery
+from tether.protocol._keys import GROUP, QueueKeys
 
 from ..helpers import FAST, eventually
 from ..servers import LocalSentinel

@@ -330,7 +330,7 @@ async def test_an_enqueue_that_fails_records_its_error(
     for send in sends(exporter):
         assert send.status.status_code is trace.StatusCode.ERROR
         attributes = dict(send.attributes or {})
-        assert attributes["error.type"] == "tether._errors.EnqueueError"
+        assert attributes["error.type"] == "tether.EnqueueError"
         assert "messaging.message.id" not in attributes
         assert [e.name for e in send.events] == ["exception"]
     assert len(sends(exporter)) == 2

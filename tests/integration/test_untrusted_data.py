@@ -26,9 +26,15 @@ import pytest
 import redis
 
 from tether import ConfigError, TaskNotFound, Tether
-from tether._keys import KEYS_CACHED, QueueKeys, known_queues_key, queue_keys, registry_keys
-from tether._limits import overrides_key
-from tether._schedule import Schedule
+from tether.base._limits import overrides_key
+from tether.base._schedule import Schedule
+from tether.protocol._keys import (
+    KEYS_CACHED,
+    QueueKeys,
+    known_queues_key,
+    queue_keys,
+    registry_keys,
+)
 from tether.scheduler import Scheduler
 from tether.scheduler._control import SchedulerKeys
 from tether.web import create_app

@@ -20,7 +20,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from tether._keys import QueueKeys, known_queues_key
+from tether.protocol._keys import QueueKeys, known_queues_key
 from tether.web import create_app, router
 from tether.web._auth import PUBLIC_PATHS, SESSION_COOKIE
 

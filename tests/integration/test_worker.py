@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from tether import Tether
-from tether._keys import GROUP, QueueKeys
+from tether.protocol._keys import GROUP, QueueKeys
 
 from ..helpers import eventually, running_worker
 

@@ -23,8 +23,8 @@ from tether import (
     TaskStatus,
     Tether,
 )
-from tether._embedded import EmbeddedServer, free_port
-from tether._keys import QueueKeys
+from tether.base._embedded import EmbeddedServer, free_port
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import FAST, ServerInfo, eventually, running_worker
 

@@ -16,7 +16,7 @@ import redis
 from click.testing import CliRunner
 
 from tether import Tether
-from tether._settings import WorkerSettings
+from tether.base._settings import WorkerSettings
 from tether.cli import main
 from tether.cli._dead import SHOWN_PAYLOAD
 from tether.dead import DeadLetter

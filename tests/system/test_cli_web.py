@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tether import Tether
-from tether._embedded import free_port
+from tether.base._embedded import free_port
 
 from ..apps import ops
 from ..helpers import FAST, ROOT, WorkerProcess, wait_until

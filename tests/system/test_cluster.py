@@ -15,8 +15,8 @@ import pytest
 from redis.crc import key_slot
 
 from tether import Backoff, TaskStatus, Tether
-from tether._keys import GROUP, QueueKeys
-from tether._redis import parse_url, sync_client
+from tether.base._redis import parse_url, sync_client
+from tether.protocol._keys import GROUP, QueueKeys
 from tether.scheduler import Scheduler
 
 from ..helpers import FAST, WorkerProcess, eventually, read_runs, running_worker, wait_until

@@ -34,10 +34,10 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tether import Tether
-from tether._histogram import bucket
-from tether._keys import known_queues_key
-from tether._status import TaskStatus
 from tether.admin import QueueStats, Stats
+from tether.base._histogram import bucket
+from tether.base._status import TaskStatus
+from tether.protocol._keys import known_queues_key
 from tether.scheduler._control import SchedulerKeys
 from tether.web import create_app, router
 
@@ -642,7 +642,7 @@ def test_read_only_pages_work_without_javascript(browser: Browser, site: Site) -
 
 
 def write_history(site: Site, queue: str, task: str, level: int, seed: int) -> None:
-    """An hour of statistics in the format the workers write (``tether._histogram``), so
+    """An hour of statistics in the format the workers write (``tether.base._histogram``), so
     the charts of the screenshots show an hour rather than the minute the test ran."""
     keys = site.dash.app.keys(queue)
     now = int(time.time() // 60)

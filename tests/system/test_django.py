@@ -22,7 +22,7 @@ import redis
 import tomllib
 
 from tether import EnqueueError, SerializationError, TaskStatus, Tether
-from tether._keys import QueueKeys
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import ROOT, WorkerProcess, wait_until
 

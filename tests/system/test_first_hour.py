@@ -21,9 +21,9 @@ import redis
 from rich.console import Console
 
 from tether import TaskFailed, Tether
-from tether._embedded import free_port
-from tether._keys import QueueKeys
+from tether.base._embedded import free_port
 from tether.cli._dead import id_table
+from tether.protocol._keys import QueueKeys
 
 from ..helpers import ROOT, WorkerProcess, eventually, running_worker, wait_until
 
@@ -271,7 +271,7 @@ def test_dead_show_prints_the_traceback_as_it_was(shop: dict[str, str]) -> None:
 
 @pytest.fixture
 def locked_url(server: object) -> object:
-    from tether._embedded import EmbeddedServer
+    from tether.base._embedded import EmbeddedServer
 
     proc = EmbeddedServer(server.process.binary, args=["--requirepass", "s3cret"]).start()  # type: ignore[attr-defined]
     yield f"redis://127.0.0.1:{proc.port}/0"

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tether import ConfigError, Tether
-from tether._embedded import EmbeddedServer, embedded_binary, free_port
+from tether.base._embedded import EmbeddedServer, embedded_binary, free_port
 from tether.metrics import METRICS, Exporter, exposition
 from tether.web import create_app
 

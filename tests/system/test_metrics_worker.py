@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from tether import ConfigError, TaskFailed, Tether, WorkerSettings
-from tether._embedded import free_port
+from tether.base._embedded import free_port
 
 from ..helpers import ROOT, ServerInfo, WorkerProcess, running_worker, wait_until
 from ..metrics_helpers import check_exposition, scrape

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tether._keys import GROUP, QueueKeys
+from tether.protocol._keys import GROUP, QueueKeys
 
 from ..helpers import FAST, WorkerProcess, read_runs, wait_until
 
@@ -407,7 +407,7 @@ def test_dead_consumers_are_pruned_only_without_pending_entries(
     wait_until(lambda: "gone-empty" not in consumers(), timeout=10)
     assert "gone-busy" in consumers()  # alive, and it holds an entry
     # Without a lease but with a pending entry, prune refuses (DELCONSUMER would drop it).
-    from tether import scripts
+    from tether.protocol import scripts
 
     keys = QueueKeys.of(namespace, "default")
     rds.delete(keys.lease("gone-busy"))

@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from tether import ConfigError, TaskFailed, Tether
-from tether._embedded import EmbeddedServer, free_port
-from tether._redis import parse_url, redact
+from tether.base._embedded import EmbeddedServer, free_port
+from tether.base._redis import parse_url, redact
 
 from ..helpers import FAST, ROOT, ServerInfo, wait_until
 
@@ -53,7 +53,7 @@ def test_every_command_a_script_runs_is_in_the_documented_acl_rule() -> None:
     called = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
     wrapped = re.compile(r"pcall\(redis\.call,\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
     refused = set()
-    for script in (ROOT / "src" / "tether" / "scripts").glob("*.lua"):
+    for script in (ROOT / "src" / "tether" / "protocol" / "scripts").glob("*.lua"):
         text = script.read_text()
         for name, sub in called.findall(text) + wrapped.findall(text):
             command = name.lower()

@@ -18,7 +18,7 @@ INNER_TEST = """
 import pytest
 import redis
 
-from tether import scripts
+from tether.protocol import scripts
 
 pytestmark = pytest.mark.compat
 

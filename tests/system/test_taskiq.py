@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import redis
 
-from tether._keys import GROUP, QueueKeys
-from tether._redis import parse_url, sync_client
+from tether.base._redis import parse_url, sync_client
+from tether.protocol._keys import GROUP, QueueKeys
 
 from ..conftest import start_server
 from ..helpers import FAST, ROOT, ServerInfo, read_runs, wait_until
@@ -423,7 +423,7 @@ def test_a_taskiq_only_deployment_shows_its_queue_in_info_the_overview_and_the_m
     ``tether info`` ("no known queues" beside 2 live workers), the overview and the
     deployment metrics, because the taskiq consumer never published its queues."""
     from tether import Tether
-    from tether._keys import known_queues_key
+    from tether.protocol._keys import known_queues_key
     from tether.web import create_app
 
     from ..metrics_helpers import scrape

@@ -23,7 +23,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI, Request
 
 from tether import ConfigError
-from tether._embedded import free_port
+from tether.base._embedded import free_port
 from tether.contrib.fastapi import TetherApp, lifespan
 
 from ..helpers import ROOT, WorkerProcess

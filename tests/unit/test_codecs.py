@@ -1,8 +1,8 @@
-"""The value formats the scripts write, read back in one place (``tether._codecs``)."""
+"""The value formats the scripts write, read back in one place (``tether.protocol._codecs``)."""
 
 from __future__ import annotations
 
-from tether._codecs import (
+from tether.protocol._codecs import (
     DEFAULT_SIDX,
     index_value,
     locate,

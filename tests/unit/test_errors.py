@@ -16,9 +16,9 @@ from tether import (
     TaskTimeout,
     TetherError,
 )
-from tether._envelope import BadEnvelope
 from tether.contrib.taskiq import DeliveryLost
 from tether.contrib.taskiq._wire import NotTaskiq
+from tether.protocol._envelope import BadEnvelope
 from tether.worker._outcome import error_fields
 
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tether._keys import QueueKeys
+from tether.protocol._keys import QueueKeys
 from tether.worker._ledger import Ledger
 from tether.worker._state import Delivery, QueueState
 

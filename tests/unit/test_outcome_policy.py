@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tether import Backoff, JsonSerializer, Retry
-from tether._envelope import Envelope
-from tether._keys import QueueKeys
+from tether.protocol._envelope import Envelope
+from tether.protocol._keys import QueueKeys
 from tether.worker import _outcome as policy
 
 KEYS = QueueKeys.of("ns", "q")

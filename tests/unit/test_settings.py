@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from tether import ConfigError, Tether, WorkerSettings
-from tether._redis import parse_url
+from tether.base._redis import parse_url
 
 
 @pytest.mark.parametrize(

@@ -104,7 +104,7 @@ def test_mypy_accepts_awaiting_an_async_task_and_timedelta_durations_and_refuses
 def test_the_constructor_type_checkers_see_lists_each_field_of_a_schedule() -> None:
     """Schedule declares its constructor for type checkers (to take a timedelta): it must
     name every field, in order, with the field's default."""
-    source = (ROOT / "src" / "tether" / "_schedule.py").read_text()
+    source = (ROOT / "src" / "tether" / "base" / "_schedule.py").read_text()
     declared = next(
         node
         for cls in ast.walk(ast.parse(source))

@@ -1,5 +1,5 @@
 """Per-task statistics read back from the minute and hour hashes the workers write (see
-:mod:`tether._histogram` for the format): outcome counts, run and wait time percentiles,
+:mod:`tether.base._histogram` for the format): outcome counts, run and wait time percentiles,
 throughput.
 
 A window up to :data:`MINUTE_WINDOW_MAX` is read from minute hashes, a longer one from hour
@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigError
-from .._histogram import MAX_BUCKET, OUTCOMES, percentile, split_field
-from .._unreadable import skip
+from ..base._errors import ConfigError
+from ..base._histogram import MAX_BUCKET, OUTCOMES, percentile, split_field
+from ..base._unreadable import skip
 from ._models import Counts, Distribution, MinuteCounts, Page, Rate, TaskStats, utc
 from ._replies import counters_of
 
 if TYPE_CHECKING:
-    from .._core import Core
-    from .._keys import QueueKeys
+    from ..producer._core import Core
+    from ..protocol._keys import QueueKeys
 
 MINUTE_WINDOW_MAX = 3 * 3600.0
 """Windows up to this long are read per minute; longer ones per hour."""

@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .._keys import KNOWN_QUEUES_TTL_MS, known_queues_key
-from .._lifecycle import keys_for
-from .._settings import check_name
+from ..base._settings import check_name
+from ..producer._lifecycle import keys_for
+from ..protocol._keys import KNOWN_QUEUES_TTL_MS, known_queues_key
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 async def pause(core: Core, queue: str) -> bool:

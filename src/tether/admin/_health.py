@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from .._faults import TRANSIENT_ERRORS, describe_error
-from .._redis import text
+from ..base._faults import TRANSIENT_ERRORS, describe_error
+from ..base._redis import text
 from ..scheduler._control import SchedulerKeys, leader_text
 from ._models import Health, utc
 from ._replies import server_ms
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 _UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, *TRANSIENT_ERRORS)
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._keys import known_queues_key
-from .._redis import text
-from .._settings import check_name
-from .._unreadable import parsed
+from ..base._redis import text
+from ..base._settings import check_name
+from ..base._unreadable import parsed
+from ..protocol._keys import known_queues_key
 from ._models import Page
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 def declared_queues(core: Core) -> set[str]:

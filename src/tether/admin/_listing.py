@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from .._codecs import DEFAULT_SIDX, parse_scheduled
-from .._envelope import BadEnvelope, Envelope
-from .._errors import ConfigError
-from .._keys import GROUP, derived_task_id
-from .._redis import text
-from .._settings import ABANDONED, PRIORITIES
-from .._unreadable import finite, text_or_none
+from ..base._errors import ConfigError
+from ..base._redis import text
+from ..base._settings import ABANDONED, PRIORITIES
+from ..base._unreadable import finite, text_or_none
+from ..protocol._codecs import DEFAULT_SIDX, parse_scheduled
+from ..protocol._envelope import BadEnvelope, Envelope
+from ..protocol._keys import GROUP, derived_task_id
 from ._models import DelayedTask, Page, RunningTask, from_ms, utc
 from ._replies import CLOCK, is_missing, server_ms, value
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 _RUNNING_CURSOR = re.compile(r"^([123])-(\d{1,20}-\d{1,20})$")
 _DELAYED_CURSOR = re.compile(r"^(-?\d{1,20}(?:\.\d+)?):(.{1,400})$", re.S)

@@ -21,7 +21,7 @@ OUTCOME_NAMES: dict[str, str] = {
     "cancel": "cancelled",
     "timeout": "timed_out",
 }
-"""Statistics field names (``tether._histogram``) to the names the readers use."""
+"""Statistics field names (``tether.base._histogram``) to the names the readers use."""
 
 
 def utc(ms: float) -> datetime:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .._keys import GROUP
-from .._redis import text
-from .._settings import ABANDONED, PRIORITIES
-from .._unreadable import finite
+from ..base._redis import text
+from ..base._settings import ABANDONED, PRIORITIES
+from ..base._unreadable import finite
+from ..protocol._keys import GROUP
 from ._buckets import RECENT_MINUTES, recent_keys, recent_rate
 from ._models import QueueStats, from_ms
 from ._replies import (
@@ -38,7 +38,7 @@ from ._replies import (
 )
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 _PER_STREAM = 3  # XLEN, XINFO GROUPS, XPENDING summary
 

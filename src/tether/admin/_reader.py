@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._errors import ConfigError, QueueNotFound
-from .._settings import check_name
+from ..base._errors import ConfigError, QueueNotFound
+from ..base._settings import check_name
 from . import _buckets, _health, _known, _listing, _queues, _task, _workers
 from ._models import (
     DelayedTask,
@@ -22,7 +22,7 @@ from ._models import (
 )
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

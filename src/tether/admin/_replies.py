@@ -8,9 +8,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from .._keys import GROUP
-from .._redis import text
-from .._unreadable import parsed
+from ..base._redis import text
+from ..base._unreadable import parsed
+from ..protocol._keys import GROUP
 
 
 def is_missing(reply: Any) -> bool:

@@ -9,20 +9,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import scripts
-from .._codecs import parse_index_value, parse_scheduled
-from .._envelope import BadEnvelope, Envelope
-from .._errors import TaskNotFound
-from .._keys import GROUP, entry_of_task_id
-from .._lifecycle import keys_for
-from .._redis import text
-from .._settings import PRIORITIES
-from .._unreadable import parsed, skip
+from ..base._errors import TaskNotFound
+from ..base._redis import text
+from ..base._settings import PRIORITIES
+from ..base._unreadable import parsed, skip
+from ..producer._lifecycle import keys_for
+from ..protocol import scripts
+from ..protocol._codecs import parse_index_value, parse_scheduled
+from ..protocol._envelope import BadEnvelope, Envelope
+from ..protocol._keys import GROUP, entry_of_task_id
 from ._models import TaskError, TaskInfo, from_ms, utc
 from ._replies import CLOCK, detached, server_ms, value
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 async def task_info(core: Core, task_id: str) -> TaskInfo:

@@ -13,12 +13,12 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .._keys import registry_keys
-from .._unreadable import parsed, skip, text_or_none
+from ..base._unreadable import parsed, skip, text_or_none
+from ..protocol._keys import registry_keys
 from ._models import Page, WorkerInfo
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 MAX_RECORD = 1_000_000
 """A record larger than this is not ours: skipped rather than parsed."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from .._version import __version__
+from ..base._version import __version__
 from ._check import check
 from ._dead import dead
 from ._demo import demo

@@ -9,7 +9,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .._errors import ConfigError
+from ..base._errors import ConfigError
 
 TOKEN_ENV = "TETHER_WEB_TOKEN"
 DEFAULT_BIND = "127.0.0.1:8080"

@@ -39,7 +39,7 @@ def check(
     """Check that a worker is alive, for liveness probes: exit 0 while the worker --name
     holds its lease on each of its queues, 1 once a lease is gone (the worker is dead,
     stopped, or its event loop stalled), naming what is missing."""
-    from .._keys import registry_keys
+    from ..protocol._keys import registry_keys
     from ..worker._server import EVICTION_WARNING, eviction_policy
 
     app = open_app(app_spec, url, namespace)

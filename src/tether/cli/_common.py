@@ -31,7 +31,7 @@ console = Console(width=None if sys.stdout.isatty() else 100_000)
 def load_app(spec: str) -> Tether:
     """Import ``module:attribute`` (or ``module``, looking for ``app``) and return the app."""
     from .._app import Tether
-    from .._errors import TetherError
+    from ..base._errors import TetherError
 
     module_name, _, attr = spec.partition(":")
     attr = attr or "app"
@@ -58,9 +58,16 @@ def load_app(spec: str) -> Tether:
     app = getattr(module, attr)
     if not isinstance(app, Tether):
         raise click.BadParameter(
-            f"{module_name}:{attr} is a {type(app).__name__}, not a Tether app", param_hint="APP"
+            f"{module_name}:{attr} is a {kind_of(app)}, not a Tether app", param_hint="APP"
         )
     return app
+
+
+def kind_of(value: object) -> str:
+    """What a value is, in words a user knows: a task (sync or async) is "Task"."""
+    from ..producer._task import Task
+
+    return "Task" if isinstance(value, Task) else type(value).__name__
 
 
 def setup_logging(level: str) -> None:
@@ -86,7 +93,7 @@ def one_line_errors(fn: F) -> F:
     the problem and exit status 1; with ``--debug`` the traceback is printed as well."""
     import redis
 
-    from .._errors import TetherError
+    from ..base._errors import TetherError
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -107,9 +114,9 @@ def one_line_errors(fn: F) -> F:
 
 
 def _one_line(exc: BaseException) -> str:
-    from .._errors import TetherError
-    from .._faults import describe_error
-    from ..scripts import refused_in_script
+    from ..base._errors import TetherError
+    from ..base._faults import describe_error
+    from ..protocol.scripts import refused_in_script
 
     if isinstance(exc, TetherError):
         return str(exc)
@@ -158,13 +165,13 @@ def open_app(app_spec: str | None, url: str | None, namespace: str | None) -> Te
     the code leaves unset, and says so when the code's value wins over it; the default URL is
     named once, on stderr, so a forgotten variable does not silently read another server."""
     from .._app import Tether
-    from .._errors import ConfigError
+    from ..base._errors import ConfigError
 
     ctx = click.get_current_context()
     typed_url = ctx.get_parameter_source("url") == ParameterSource.COMMANDLINE
     typed_ns = ctx.get_parameter_source("namespace") == ParameterSource.COMMANDLINE
     if url:  # a bad URL is the user's typo: name where it came from, before importing anything
-        from .._redis import parse_url
+        from ..base._redis import parse_url
 
         try:
             parse_url(url)
@@ -225,6 +232,6 @@ def run(app: Tether, work: Callable[[Tether], Awaitable[T]]) -> T:
     except (redis.RedisError, OSError) as exc:  # the server or the network, not the output
         if debugging():
             raise
-        from .._faults import describe_error
+        from ..base._faults import describe_error
 
         raise click.ClickException(describe_error(exc, app.target.redacted)) from None

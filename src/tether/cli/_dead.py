@@ -115,8 +115,8 @@ def dead_list(
 def _queue_of(ctx: click.Context, queue: str, refs: tuple[str, ...]) -> str:
     """The queue the references live in: ``--queue`` when typed, else the one the task ids
     name (all the same), else the default."""
-    from .._keys import queue_of_task_id
     from ..dead import check_reference, is_task_id
+    from ..protocol._keys import queue_of_task_id
 
     for ref in refs:
         check_reference(ref)
@@ -243,7 +243,7 @@ async def _retry_every_entry(letters: DeadLetters) -> int:
 
 async def _retry_each(letters: DeadLetters, refs: tuple[str, ...]) -> int:
     """Retry the named entries, a line for each (on stderr for a failure): how many failed."""
-    from .._errors import TetherError
+    from ..base._errors import TetherError
 
     failed = 0
     for ref in refs:

@@ -48,9 +48,9 @@ def demo(
     With --web, the dashboard of the demo's namespace is served while it runs; it stays up
     after the batch, with a trickle of tasks, until Ctrl-C. Its token is TETHER_WEB_TOKEN,
     or one generated for the run and printed."""
-    from .._errors import ConfigError
-    from ..demo import WebOptions, run_demo
+    from ..base._errors import ConfigError
     from ._bind import DEFAULT_BIND, parse_bind, read_token, resolve_token
+    from ._demo_run import WebOptions, run_demo
 
     if workers < 1 or tasks < 1 or concurrency < 1:
         raise click.UsageError("--workers, --tasks and --concurrency must be 1 or more")

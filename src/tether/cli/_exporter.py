@@ -62,8 +62,8 @@ def exporter(
     A token (TETHER_WEB_TOKEN or --token-file) makes every scrape send 'Authorization:
     Bearer <token>' (Prometheus: the authorization setting of the scrape config). Beyond the
     loopback interface it is required; on loopback it is optional."""
-    from .._errors import ConfigError
-    from .._settings import check_host
+    from ..base._errors import ConfigError
+    from ..base._settings import check_host
     from ._bind import is_loopback, read_token
 
     try:  # a refused address or token is said before anything heavy is imported

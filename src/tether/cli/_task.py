@@ -23,7 +23,7 @@ def _where_not_found(work: Callable[[Tether], Awaitable[T]]) -> Callable[[Tether
     a forgotten --app or --namespace shows at once."""
 
     async def wrapped(app: Tether) -> T:
-        from .._errors import TaskNotFound
+        from ..base._errors import TaskNotFound
 
         try:
             return await work(app)
@@ -65,7 +65,7 @@ def task_result(
     timeout: float,
 ) -> None:
     """Print the task's result as JSON, or its error (exit status 1)."""
-    from .._errors import ResultTimeout, TaskFailed
+    from ..base._errors import ResultTimeout, TaskFailed
 
     app = open_app(app_spec, url, namespace)
     try:
@@ -88,7 +88,7 @@ def task_result(
 def task_cancel(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
     """Cancel a queued, scheduled or running task."""
     app = open_app(app_spec, url, namespace)
-    from .._status import CancelResult
+    from ..base._status import CancelResult
 
     result = run(app, _where_not_found(lambda a: a.handle(task_id).cancel()))
     click.echo(_CANCEL_MESSAGES[result])

@@ -46,7 +46,7 @@ def web(
     the login page at /login for browsers. State-changing calls are logged (logger
     tether.web.audit). With the metrics extra, /metrics gives the deployment's queue gauges
     to Prometheus (bearer token; 'tether exporter' serves them alone)."""
-    from .._errors import ConfigError
+    from ..base._errors import ConfigError
     from ._bind import TOKEN_ENV, parse_bind, read_token, resolve_token
 
     try:  # a refused address or token is said before anything heavy is imported

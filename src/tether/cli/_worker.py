@@ -16,7 +16,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from .._settings import WorkerSettings
+from ..base._settings import WorkerSettings
 from ._common import F, connection_options, log_level_option, open_app, setup_logging
 
 # Short forms kept from before the options were generated.
@@ -109,7 +109,7 @@ def worker(
     The first signal stops it gracefully (running tasks get --shutdown-grace seconds, the
     rest is handed back); a second one exits at once, and the lease hands what it held to
     other workers when it expires."""
-    from .._errors import ConfigError
+    from ..base._errors import ConfigError
     from ..worker import Worker
 
     setup_logging(log_level)

@@ -51,13 +51,13 @@ from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .._errors import RateLimited
-from .._keys import GROUP
-from .._middleware import Middleware
-from .._version import __version__
+from ..base._errors import RateLimited
+from ..base._middleware import Middleware
+from ..base._version import __version__
+from ..protocol._keys import GROUP
 
 if TYPE_CHECKING:
-    from .._context import TaskContext
+    from ..base._context import TaskContext
 
 __all__ = ["PREVIOUS_RUN", "SYSTEM", "Tracing"]
 

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from .. import _unreadable
-from .._faults import describe_error
-from .._settings import PRIORITIES
 from ..admin import Overview, Stats
+from ..base import _unreadable
+from ..base._faults import describe_error
+from ..base._settings import PRIORITIES
 from ._catalog import spec
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 log = logging.getLogger("tether.metrics")
 
@@ -78,7 +78,7 @@ def families(overview: Overview) -> list[Metric]:
 
 
 def unreadable() -> CounterMetricFamily:
-    """Records the readers of this process skipped (see :mod:`tether._unreadable`)."""
+    """Records the readers of this process skipped (see :mod:`tether.base._unreadable`)."""
     name = "tether_unreadable_records_total"
     family = CounterMetricFamily(spec(name).family, spec(name).help, labels=spec(name).labels)
     for kind, skipped in _unreadable.counts().items():
@@ -108,7 +108,7 @@ async def read(app: Core, timeout: float = READ_TIMEOUT) -> list[Metric]:
 def _why(app: Core, exc: BaseException) -> str:
     from redis.exceptions import RedisError
 
-    from .._faults import TRANSIENT_ERRORS
+    from ..base._faults import TRANSIENT_ERRORS
 
     if isinstance(exc, (RedisError, *TRANSIENT_ERRORS)):
         return describe_error(exc, app.target.redacted)

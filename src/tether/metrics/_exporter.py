@@ -17,7 +17,7 @@ from ._deployment import READ_TIMEOUT, DeploymentCollector
 from ._server import MetricsServer
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 class Exporter:

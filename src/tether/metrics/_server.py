@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 from prometheus_client.registry import Collector
 
-from .._errors import ConfigError
+from ..base._errors import ConfigError
 
 REQUEST_TIMEOUT = 10.0
 """Seconds a client may take to send its request or read the answer."""

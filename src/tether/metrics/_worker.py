@@ -22,8 +22,8 @@ from prometheus_client.core import (
     Metric,
 )
 
-from .._settings import WorkerSettings
-from .._version import __version__
+from ..base._settings import WorkerSettings
+from ..base._version import __version__
 from ._catalog import WORKER_COUNTERS, spec
 from ._server import MetricsServer
 from ._tally import AttemptTally, Histogram

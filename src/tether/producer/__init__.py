@@ -6,7 +6,7 @@ by :func:`execute` (asyncio) or :func:`execute_sync` (blocking): the same comman
 same scripts, the same bytes from either. The taskiq broker sends through it too.
 """
 
-from .._enqueue import (
+from ._enqueue import (
     CHUNK,
     DEDUP_MAX_HOLD_MS,
     CallOptions,

@@ -1,6 +1,6 @@
 """Periodic tasks across replicas: cron and interval schedules, one leader, one enqueue per tick."""
 
-from .._schedule import Schedule
+from ..base._schedule import Schedule
 from ._control import ScheduleInfo, Schedules
 from ._scheduler import Scheduler
 

@@ -11,19 +11,19 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import _lifecycle
-from .._enqueue import Plan, enqueue
-from .._errors import ConfigError
-from .._keys import queue_of_task_id, scheduler_tag
-from .._redis import text
-from .._schedule import Missed, Schedule
-from .._task import Task
-from .._unreadable import parsed, skip, text_or_none
+from ..base._errors import ConfigError
+from ..base._redis import text
+from ..base._schedule import Missed, Schedule
+from ..base._unreadable import parsed, skip, text_or_none
+from ..producer import _lifecycle
+from ..producer._enqueue import Plan, enqueue
+from ..producer._task import Task
+from ..protocol._keys import queue_of_task_id, scheduler_tag
 
 if TYPE_CHECKING:
-    from .._core import Core
-    from .._handle import TaskHandle
-    from .._redis import AsyncClient
+    from ..base._redis import AsyncClient
+    from ..producer._core import Core
+    from ..producer._handle import TaskHandle
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ class Schedules:
     async def _infos(
         self, schedules: Sequence[Schedule], now: datetime | None
     ) -> builtins.list[ScheduleInfo]:
-        from .._errors import TaskNotFound
+        from ..base._errors import TaskNotFound
 
         now = now or datetime.now(timezone.utc)
         now_ms = int(now.timestamp() * 1000)

@@ -20,17 +20,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import scripts
-from .._envelope import Envelope
-from .._faults import Fault, classify, describe_error
-from .._redis import text
-from .._settings import PRIORITIES
+from ..base._faults import Fault, classify, describe_error
+from ..base._redis import text
+from ..base._settings import PRIORITIES
+from ..protocol import scripts
+from ..protocol._envelope import Envelope
 from ._control import SchedulerKeys, load_runtime, parse_marker, unreadable_marker
 
 if TYPE_CHECKING:
-    from .._core import Core
-    from .._redis import AsyncClient
-    from .._schedule import Schedule
+    from ..base._redis import AsyncClient
+    from ..base._schedule import Schedule
+    from ..producer._core import Core
 
 _SERVER_FAULTS = (Fault.TRANSIENT, Fault.FATAL, Fault.LOST)
 """Faults of the server as a whole: an unknown reply may be one schedule's (a key of the

@@ -24,7 +24,7 @@ from ._memory import Enqueued, Recorder
 from ._server import DRAIN_SETTINGS, DrainTimeout, delete_namespace, drain, drain_sync, isolated
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 def recording(app: Core) -> Recorder:

@@ -16,19 +16,19 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._blocking import refuse_on_loop
-from .._context import LazyContext
-from .._errors import ResultSerializationError, TaskTimeout
-from .._status import TaskStatus
+from ..base._blocking import refuse_on_loop
+from ..base._context import LazyContext
+from ..base._errors import ResultSerializationError, TaskTimeout
+from ..base._status import TaskStatus
 from ..worker import kit as attempt
 from ._memory import Record, Recorder
 
 if TYPE_CHECKING:
-    from .._core import Core, RegisteredTask
-    from .._enqueue import Plan
-    from .._envelope import Envelope
-    from .._handle import TaskHandle
-    from .._task import Task
+    from ..producer import Plan
+    from ..producer._core import Core, RegisteredTask
+    from ..producer._handle import TaskHandle
+    from ..producer._task import Task
+    from ..protocol._envelope import Envelope
 
 log = logging.getLogger("tether.testing")
 

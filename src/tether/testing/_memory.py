@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from typing_extensions import Self
 
-from .._envelope import Envelope
-from .._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
-from .._handle import TaskHandle
-from .._keys import derived_task_id
-from .._middleware import call_hooks, overrides
-from .._settings import PRIORITIES
-from .._status import CancelResult, TaskStatus
+from ..base._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
+from ..base._middleware import call_hooks, overrides
+from ..base._settings import PRIORITIES
+from ..base._status import CancelResult, TaskStatus
+from ..producer._handle import TaskHandle
+from ..protocol._envelope import Envelope
+from ..protocol._keys import derived_task_id
 
 if TYPE_CHECKING:
-    from .._core import Core
-    from .._enqueue import Plan
-    from .._task import Task
+    from ..producer import Plan
+    from ..producer._core import Core
+    from ..producer._task import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")

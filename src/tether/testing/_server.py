@@ -10,15 +10,15 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._blocking import refuse_on_loop
-from .._errors import TetherError
-from .._keys import QueueKeys
-from .._redis import close_sync, sync_client
-from .._settings import WorkerSettings
+from ..base._blocking import refuse_on_loop
+from ..base._errors import TetherError
+from ..base._redis import close_sync, sync_client
+from ..base._settings import WorkerSettings
+from ..protocol._keys import QueueKeys
 from ..worker import Worker, WorkerCounters
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 DRAIN_SETTINGS: dict[str, Any] = {
     "heartbeat_interval": 0.1,

@@ -55,7 +55,7 @@ def tether_server(request: pytest.FixtureRequest) -> Iterator[str]:
     if url:
         yield str(url)
         return
-    from .._embedded import EmbeddedServer, embedded_binary
+    from ..base._embedded import EmbeddedServer, embedded_binary
 
     server = EmbeddedServer(embedded_binary()).start()
     try:
@@ -67,7 +67,7 @@ def tether_server(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def tether_base_app(request: pytest.FixtureRequest) -> Tether:
     """The app the other fixtures work on (ini ``tether_app``, else a new one)."""
-    from .. import Tether
+    from .. import Task, Tether
 
     spec = str(request.config.getini("tether_app") or "")
     if not spec:
@@ -75,7 +75,8 @@ def tether_base_app(request: pytest.FixtureRequest) -> Tether:
     module_name, _, attr = spec.partition(":")
     app = getattr(importlib.import_module(module_name), attr or "app", None)
     if not isinstance(app, Tether):
-        raise pytest.UsageError(f"tether_app = {spec}: {type(app).__name__}, not a Tether app")
+        kind = "Task" if isinstance(app, Task) else type(app).__name__
+        raise pytest.UsageError(f"tether_app = {spec}: {kind}, not a Tether app")
     return app
 
 

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
-from .._version import __version__
+from ..base._version import __version__
 from . import _login, _metrics
 from ._auth import AuthMiddleware, FailureThrottle, TokenAuth
 from ._context import WebContext
 from ._router import routes
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 def create_app(

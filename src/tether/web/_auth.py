@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._errors import ConfigError
+from ..base._errors import ConfigError
 from ._static import PUBLIC_PATHS as STATIC_PATHS
 
 log = logging.getLogger("tether.web")

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
-from .._errors import NotOpen
 from ..admin import Stats
+from ..base._errors import NotOpen
 from ._series import SeriesCache
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 log = logging.getLogger("tether.web")
 

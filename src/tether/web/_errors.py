@@ -24,8 +24,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from redis.exceptions import RedisError, ResponseError
 
-from .._errors import ConfigError, NotOpen, QueueNotFound, TaskNotFound, TetherError
-from .._faults import TRANSIENT_ERRORS, is_out_of_memory
+from ..base._errors import ConfigError, NotOpen, QueueNotFound, TaskNotFound, TetherError
+from ..base._faults import TRANSIENT_ERRORS, is_out_of_memory
 
 log = logging.getLogger("tether.web")
 

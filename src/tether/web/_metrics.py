@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 def routes(app: Core) -> APIRouter:

@@ -10,7 +10,7 @@ from . import _static, api, pages
 from ._context import Actor, WebContext
 
 if TYPE_CHECKING:
-    from .._core import Core
+    from ..producer._core import Core
 
 
 def router(
@@ -54,7 +54,7 @@ def routes(ctx: WebContext) -> APIRouter:
     middleware (a page request without a session is redirected to ``/login``) or the
     host's dependencies. Pages render with ``_templates.templates``; their forms carry the
     token of ``_guard.csrf_token(request, response)`` (field ``csrf_token``); a
-    state-changing route takes ``Depends(api._common.writer(ctx))``, which refuses it in
+    state-changing route takes ``Depends(_params.writer(ctx))``, which refuses it in
     read-only mode or without the token, and names the caller for ``_guard.audit``. Data
     comes from ``await ctx.stats()`` (:class:`tether.admin.Stats`), as the API's does."""
     root = APIRouter()

@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._context import LazyContext, _current
-from .._errors import ResultSerializationError, TaskTimeout
-from .._middleware import Middleware, RunScopes, call_hooks, overrides
+from ..base._context import LazyContext, _current
+from ..base._errors import ResultSerializationError, TaskTimeout
+from ..base._middleware import Middleware, RunScopes, call_hooks, overrides
 from ._outcome import Decision, decide, error_fields
 
 if TYPE_CHECKING:
-    from .._core import Core, RegisteredTask
-    from .._envelope import Envelope, Serializer
+    from ..producer._core import Core, RegisteredTask
+    from ..protocol._envelope import Envelope, Serializer
 
 SyncCall = Callable[["RegisteredTask", "Envelope", "float | None"], Awaitable[Any]]
 """Runs a plain function's call off the event loop (its thread pool, or a thread of its

@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._errors import ConfigError, ServerError
-from .._faults import describe_error
-from .._keys import known_queues_key, registry_keys
-from .._redis import AsyncClient, SyncClient, async_client, close_async, sync_client
-from .._version import __version__
+from ..base._errors import ConfigError, ServerError
+from ..base._faults import describe_error
+from ..base._redis import AsyncClient, SyncClient, async_client, close_async, sync_client
+from ..base._version import __version__
+from ..protocol._keys import known_queues_key, registry_keys
 from ._fetch import Fetcher, ReadGroup
 from ._flow import FlowControl
 from ._lease import LeaseKeeper
@@ -42,8 +42,8 @@ from ._settle import Settler
 from ._state import Delivery, QueueState
 
 if TYPE_CHECKING:
-    from .._core import Core
-    from .._settings import WorkerSettings
+    from ..base._settings import WorkerSettings
+    from ..producer._core import Core
     from ._ledger import Ledger
     from ._outcome import Outcome
     from ._state import WorkerCounters

@@ -14,18 +14,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import scripts
-from .._errors import ServerError
-from .._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
-from .._keys import GROUP
+from ..base._errors import ServerError
+from ..base._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
+from ..protocol import scripts
+from ..protocol._keys import GROUP
 from ._maintenance import _stream_entries
 from ._server import create_groups, why_groups_vanished
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from .._redis import AsyncClient
-    from .._settings import WorkerSettings
+    from ..base._redis import AsyncClient
+    from ..base._settings import WorkerSettings
     from ._flow import FlowControl
     from ._ledger import Ledger
     from ._maintenance import Accept, Maintenance

@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from .._faults import TRANSIENT_ERRORS, Fault, classify
-from .._keys import entry_of_task_id
-from .._limits import (
+from ..base._faults import TRANSIENT_ERRORS, Fault, classify
+from ..base._limits import (
     TaskLimitKeys,
     TaskLimits,
     decode_override,
@@ -45,13 +44,14 @@ from .._limits import (
     parse_held,
     slot_holder,
 )
-from .._redis import text
-from ..scripts import _limits as calls
+from ..base._redis import text
+from ..protocol._keys import entry_of_task_id
+from ..protocol.scripts import _limits as calls
 
 if TYPE_CHECKING:
-    from .._core import Core
-    from .._envelope import Envelope
-    from .._redis import AsyncClient
+    from ..base._redis import AsyncClient
+    from ..producer._core import Core
+    from ..protocol._envelope import Envelope
     from ._ledger import Ledger
     from ._state import Delivery, QueueState, WorkerCounters
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import scripts
-from .._faults import Fault, classify, describe_error, is_out_of_memory
-from .._keys import KNOWN_QUEUES_TTL_MS
-from .._redis import SyncClient, close_sync
+from ..base._faults import Fault, classify, describe_error, is_out_of_memory
+from ..base._redis import SyncClient, close_sync
+from ..protocol import scripts
+from ..protocol._keys import KNOWN_QUEUES_TTL_MS
 from ._state import WorkerCounters
 
 log = logging.getLogger("tether.worker")

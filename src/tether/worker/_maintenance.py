@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from .. import scripts
-from .._faults import Fault, classify
-from .._keys import GROUP
-from .._redis import text
-from .._settings import ABANDONED
+from ..base._faults import Fault, classify
+from ..base._redis import text
+from ..base._settings import ABANDONED
+from ..protocol import scripts
+from ..protocol._keys import GROUP
 from ._state import Delivery
 
 if TYPE_CHECKING:
-    from .._redis import AsyncClient
+    from ..base._redis import AsyncClient
     from ._ledger import Ledger
     from ._state import QueueState, WorkerCounters
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import RateLimited, Retry
-from ..scripts._calls import SettleItem
+from ..base._errors import RateLimited, Retry
+from ..protocol.scripts._calls import SettleItem
 
 if TYPE_CHECKING:
-    from .._envelope import Envelope, Serializer
-    from .._keys import QueueKeys
+    from ..protocol._envelope import Envelope, Serializer
+    from ..protocol._keys import QueueKeys
 
 Outcome = SettleItem
 """One entry's settle instruction (see scripts/settle.lua)."""

@@ -22,14 +22,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .. import scripts
-from .._context import LazyContext
-from .._envelope import BadEnvelope, Envelope
-from .._errors import ResultSerializationError, TaskTimeout
-from .._faults import Fault, UnknownReplies, classify
-from .._keys import derived_task_id
-from .._middleware import call_hooks
-from .._settings import PRIORITIES
+from ..base._context import LazyContext
+from ..base._errors import ResultSerializationError, TaskTimeout
+from ..base._faults import Fault, UnknownReplies, classify
+from ..base._middleware import call_hooks
+from ..base._settings import PRIORITIES
+from ..protocol import scripts
+from ..protocol._envelope import BadEnvelope, Envelope
+from ..protocol._keys import derived_task_id
 from . import _attempt as attempt
 from . import _outcome as policy
 from ._outcome import Outcome, Target
@@ -37,8 +37,8 @@ from ._stats import Observation
 from ._waiting import Waiting, quarantine_reason
 
 if TYPE_CHECKING:
-    from .._core import Core, RegisteredTask
-    from .._redis import AsyncClient
+    from ..base._redis import AsyncClient
+    from ..producer._core import Core, RegisteredTask
     from ._flow import FlowControl
     from ._ledger import Ledger
     from ._state import Delivery, WorkerCounters

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from .._errors import ServerError
-from .._faults import Fault, UnknownReplies, classify, describe_error
-from .._keys import GROUP
-from .._redis import AsyncClient, parse_version, text
+from ..base._errors import ServerError
+from ..base._faults import Fault, UnknownReplies, classify, describe_error
+from ..base._redis import AsyncClient, parse_version, text
+from ..protocol._keys import GROUP
 
 if TYPE_CHECKING:
-    from .._settings import WorkerSettings
+    from ..base._settings import WorkerSettings
 
 log = logging.getLogger("tether.worker")
 

@@ -6,7 +6,7 @@ one round trip per batch instead of one per task. Nothing is acknowledged unless
 still owns it.
 
 A call that fails on a transient error (a cut connection, a full server, a failover's
-CLUSTERDOWN, another client's BUSY script, a failed save's MISCONF: see ``tether._faults``)
+CLUSTERDOWN, another client's BUSY script, a failed save's MISCONF: see ``tether.base._faults``)
 is sent again with backoff, and only that call: the calls of the same flush that succeeded
 are done. A call sent again after its reply was lost finds its entries already settled
 ("gone") and touches nothing.
@@ -19,16 +19,16 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from .. import scripts
-from .._errors import ServerError
-from .._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
+from ..base._errors import ServerError
+from ..base._faults import Fault, UnknownReplies, classify, describe_error, is_out_of_memory
+from ..protocol import scripts
 from ._runner import observation
 from ._stats import StatsKeys
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .._redis import AsyncClient
+    from ..base._redis import AsyncClient
     from ._flow import FlowControl
     from ._ledger import Ledger
     from ._outcome import Outcome

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._envelope import Envelope
-    from .._keys import QueueKeys
+    from ..protocol._envelope import Envelope
+    from ..protocol._keys import QueueKeys
 
 
 @dataclass(slots=True, eq=False)

@@ -1,5 +1,5 @@
 """Statistics a worker adds up per settle batch and writes with the batch's acks (see
-:mod:`tether._histogram` for the format): no extra round trip per task."""
+:mod:`tether.base._histogram` for the format): no extra round trip per task."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from .._histogram import bucket
-from .._keys import QueueKeys
-from ..scripts._calls import StatsWrite
+from ..base._histogram import bucket
+from ..protocol._keys import QueueKeys
+from ..protocol.scripts._calls import StatsWrite
 
 
 class Observation:

@@ -21,16 +21,16 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ConfigError, TetherError
-from .._settings import PRIORITIES, WorkerSettings
+from ..base._errors import ConfigError, TetherError
+from ..base._settings import PRIORITIES, WorkerSettings
 from ._engine import Engine, Executor, Options, Parts, check_settings
 from ._ledger import Ledger
 from ._runner import Runner
 from ._state import WorkerCounters
 
 if TYPE_CHECKING:
-    from .._core import Core
     from ..metrics import WorkerMetrics
+    from ..producer._core import Core
 
 log = logging.getLogger("tether.worker")
 

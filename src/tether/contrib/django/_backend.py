@@ -23,11 +23,11 @@ from django.utils.module_loading import import_string
 
 from tether import ConfigError, TaskNotFound, TaskStatus, Tether
 from tether import Task as TetherTask
-from tether._codecs import locate, parse_scheduled
-from tether._config import TaskConfig
-from tether._envelope import BadEnvelope, Envelope
-from tether._keys import entry_of_task_id, queue_of_task_id
-from tether._settings import check_name
+from tether.base._config import TaskConfig
+from tether.base._settings import check_name
+from tether.protocol._codecs import locate, parse_scheduled
+from tether.protocol._envelope import BadEnvelope, Envelope
+from tether.protocol._keys import entry_of_task_id, queue_of_task_id
 
 from ._compat import (
     BaseTaskBackend,

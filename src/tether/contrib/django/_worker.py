@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import ConfigError, Task, Tether, current_task
-from tether._config import TaskConfig
+from tether.base._config import TaskConfig
 
 from ._backend import TetherBackend, from_ms, result_status, signature_of, tether_priority
 from ._compat import (

@@ -16,13 +16,13 @@ from datetime import timedelta
 import redis.exceptions
 from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 
-from ..._core import Core
-from ..._envelope import JsonSerializer
-from ..._errors import ConfigError, ServerError, TetherError
-from ..._redis import AsyncClient
-from ..._settings import WorkerSettings, _positive_int, check_name, seconds
+from ...base._errors import ConfigError, ServerError, TetherError
+from ...base._redis import AsyncClient
+from ...base._settings import WorkerSettings, _positive_int, check_name, seconds
 from ...dead import DeadLetters
 from ...producer import enqueue_error, execute, plain_steps, scripted_steps
+from ...producer._core import Core
+from ...protocol._envelope import JsonSerializer
 from ._consumer import Consumer
 from ._delivery import _current
 from ._middleware import TetherMiddleware

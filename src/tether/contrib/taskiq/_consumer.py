@@ -14,8 +14,8 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from ..._core import Core
-from ..._settings import WorkerSettings
+from ...base._settings import WorkerSettings
+from ...producer._core import Core
 from ...worker.kit import Engine, Ledger, Options, Parts, WorkerCounters, check_settings
 from ._delivery import TaskiqDelivery
 from ._handover import Handover

@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..._settings import PRIORITIES
+from ...base._settings import PRIORITIES
 from ...worker.kit import Delivery
 
 if TYPE_CHECKING:

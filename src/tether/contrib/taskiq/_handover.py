@@ -19,17 +19,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ... import scripts
-from ..._envelope import BadEnvelope, Envelope, JsonSerializer
-from ..._errors import TetherError
-from ..._faults import Fault, classify
-from ..._keys import derived_task_id
+from ...base._errors import TetherError
+from ...base._faults import Fault, classify
+from ...protocol import scripts
+from ...protocol._envelope import BadEnvelope, Envelope, JsonSerializer
+from ...protocol._keys import derived_task_id
 from ...worker import kit as policy
 from ._delivery import TaskiqDelivery
 from ._wire import NotTaskiq, unwrap
 
 if TYPE_CHECKING:
-    from ..._redis import AsyncClient
+    from ...base._redis import AsyncClient
     from ...worker.kit import Delivery, Ledger, WorkerCounters
 
 log = logging.getLogger("tether.taskiq")

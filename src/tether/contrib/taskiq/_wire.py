@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..._envelope import ENVELOPE_VERSION, Envelope, Serializer
-from ..._errors import EnqueueError, TetherError
-from ..._settings import PRIORITIES
+from ...base._errors import EnqueueError, TetherError
+from ...base._settings import PRIORITIES
+from ...protocol._envelope import ENVELOPE_VERSION, Envelope, Serializer
 
 TASKIQ_FIELD = "taskiq"
 

@@ -9,7 +9,7 @@ from .._context import WebContext
 from .._errors import CONFLICT, NOT_FOUND, TetherRoute
 from .._guard import audit
 from .._models import LISTED_PAYLOAD, BulkOut, DeadLetterOut, DeadPage, Retried, Selection
-from ._common import DEFAULT, Cursor, EntryId, Limit, QueueName, writer
+from .._params import DEFAULT, Cursor, EntryId, Limit, QueueName, writer
 
 
 def _out(bulk: Bulk, count: int | None = None) -> BulkOut:

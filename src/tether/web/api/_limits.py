@@ -13,7 +13,7 @@ from ...limits import KEEP, HeldCounts, KeyUsage, LimitInfo, Limits
 from .._context import WebContext
 from .._errors import NOT_FOUND, TetherRoute
 from .._guard import audit
-from ._common import QueueName, writer
+from .._params import QueueName, writer
 
 TaskName = Annotated[str, Path(min_length=1, max_length=500, description="A task name.")]
 LimitKey = Annotated[str, Path(min_length=1, max_length=500, description="A limit key.")]

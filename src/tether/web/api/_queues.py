@@ -12,7 +12,7 @@ from .._context import WebContext
 from .._errors import NOT_FOUND, TetherRoute
 from .._guard import audit
 from .._models import DelayedPage, QueueControl, QueuePage, RunningPage, Throughput
-from ._common import DEFAULT, Cursor, Limit, QueueName, writer
+from .._params import DEFAULT, Cursor, Limit, QueueName, writer
 
 
 def routes(ctx: WebContext) -> APIRouter:

@@ -9,7 +9,7 @@ from .._context import WebContext
 from .._errors import CONFLICT, NOT_FOUND, NotApplicable, TetherRoute
 from .._guard import audit
 from .._models import ScheduleControl, ScheduleOut, SchedulePage
-from ._common import DEFAULT, Cursor, Limit, writer
+from .._params import DEFAULT, Cursor, Limit, writer
 
 ScheduleName = Annotated[str, Path(min_length=1, max_length=200, description="A schedule name.")]
 

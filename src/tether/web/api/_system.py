@@ -11,7 +11,7 @@ from .._context import WebContext
 from .._errors import NOT_FOUND, TetherRoute
 from .._guard import csrf_token, needs_csrf, principal
 from .._models import Session, WorkerPage
-from ._common import DEFAULT, Cursor, Limit
+from .._params import DEFAULT, Cursor, Limit
 
 _HEALTH = TypeAdapter(Health)
 

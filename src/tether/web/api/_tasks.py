@@ -5,14 +5,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from ..._lifecycle import cancel
 from ...admin import TaskInfo, run_now
+from ...producer._lifecycle import cancel
 from .._context import WebContext
 from .._errors import CONFLICT, NOT_FOUND, NotApplicable, TetherRoute
 from .._format import shallow
 from .._guard import audit
 from .._models import QUEUE_PATTERN, Cancelled, RanNow, TaskStatsPage
-from ._common import DEFAULT, Cursor, Limit, writer
+from .._params import DEFAULT, Cursor, Limit, writer
 
 TaskId = Annotated[
     str,

@@ -11,12 +11,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ..._errors import ConfigError, TetherError
+from ...base._errors import ConfigError, TetherError
 from ...dead import SCAN_BUDGET, Bulk, BulkTotal, DeadLetters, total_of
 from .._context import WebContext
 from .._guard import audit
 from .._models import LISTED_PAYLOAD, DeadLetterOut
-from ..api._common import Cursor, EntryId, QueueName, writer
+from .._params import Cursor, EntryId, QueueName, writer
 from ._queue import PER_PAGE, Limit, header
 from ._render import back, form_value, form_values, page, render, route_class
 

@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from ...admin import MinuteCounts, QueueStats
 from .._context import WebContext
-from ..api._common import Cursor
+from .._params import Cursor
 from . import _charts
 from ._queue import Limit
 from ._render import page, render, route_class

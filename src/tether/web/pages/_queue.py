@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ...admin import pause, resume
 from .._context import WebContext
 from .._guard import audit
-from ..api._common import Cursor, QueueName, writer
+from .._params import Cursor, QueueName, writer
 from . import _charts
 from ._render import back, form_value, page, render, route_class
 

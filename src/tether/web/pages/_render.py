@@ -30,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from ..._version import __version__
+from ...base._version import __version__
 from .. import _static
 from .._context import WebContext
 from .._errors import error_response, log

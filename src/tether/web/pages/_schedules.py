@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ..._errors import TetherError
+from ...base._errors import TetherError
 from ...scheduler import Schedules
 from .._context import WebContext
 from .._guard import audit
-from ..api._common import Cursor, writer
+from .._params import Cursor, writer
 from ._render import back, form_value, page, render, route_class
 
 PER_PAGE = 50

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from ...admin import TaskStats
 from .._context import WebContext
-from ..api._common import Cursor
+from .._params import Cursor
 from ._render import page, render, route_class
 
 PER_PAGE = 50

@@ -10,15 +10,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ..._errors import ConfigError, TaskNotFound, TetherError
-from ..._keys import clipped, entry_of_task_id, queue_of_task_id, task_id_problem
-from ..._lifecycle import cancel
-from ..._status import CancelResult
 from ...admin import TaskInfo, run_now
 from ...admin._models import from_ms
+from ...base._errors import ConfigError, TaskNotFound, TetherError
+from ...base._status import CancelResult
+from ...producer._lifecycle import cancel
+from ...protocol._keys import clipped, entry_of_task_id, queue_of_task_id, task_id_problem
 from .._context import WebContext
 from .._guard import audit
-from ..api._common import writer
+from .._params import writer
 from ._render import back, form_value, page, render, route_class
 
 CANCELLABLE = frozenset({"queued", "scheduled", "running", "retrying"})

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from .._context import WebContext
-from ..api._common import Cursor
+from .._params import Cursor
 from ._render import page, render, route_class
 
 PER_PAGE = 50

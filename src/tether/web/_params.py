@@ -1,4 +1,5 @@
-"""What the API's routers share: parameter types, and the dependency of write routes."""
+"""What the API's routes and the pages share: parameter types, and the dependency of
+state-changing routes."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import Annotated
 
 from fastapi import Path, Query, Request
 
-from ...admin import DEFAULT_LIMIT, MAX_LIMIT
-from .._context import WebContext
-from .._guard import require_write
-from .._models import ENTRY_PATTERN, QUEUE_PATTERN
+from ..admin import DEFAULT_LIMIT, MAX_LIMIT
+from ._context import WebContext
+from ._guard import require_write
+from ._models import ENTRY_PATTERN, QUEUE_PATTERN
 
 QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="A queue name.")]
 EntryId = Annotated[

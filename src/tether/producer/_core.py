@@ -16,11 +16,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._envelope import JsonSerializer, Serializer
-from ._errors import ConfigError, NotOpen
-from ._keys import QueueKeys, queue_keys
-from ._middleware import Middleware
-from ._redis import (
+from ..base._errors import ConfigError, NotOpen
+from ..base._middleware import Middleware
+from ..base._redis import (
     AsyncClient,
     SyncClient,
     Target,
@@ -30,14 +28,16 @@ from ._redis import (
     parse_url,
     sync_client,
 )
-from ._settings import AppSettings
+from ..base._settings import AppSettings
+from ..protocol._envelope import JsonSerializer, Serializer
+from ..protocol._keys import QueueKeys, queue_keys
 
 if TYPE_CHECKING:
     import inspect
     from collections.abc import Callable
 
-    from ._config import TaskConfig
-    from ._schedule import Schedule
+    from ..base._config import TaskConfig
+    from ..base._schedule import Schedule
 
 DEFAULT_URL = "redis://localhost:6379/0"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
+from ..base._blocking import refuse_on_loop
+from ..base._status import CancelResult, TaskStatus
 from . import _lifecycle
-from ._blocking import refuse_on_loop
-from ._status import CancelResult, TaskStatus
 
 if TYPE_CHECKING:
     from ._core import Core

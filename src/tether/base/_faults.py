@@ -256,7 +256,7 @@ def is_pool_exhausted(exc: BaseException) -> bool:
     was sent (the server may be perfectly well)."""
     return isinstance(exc, redis.exceptions.MaxConnectionsError) or (
         # a waiting pool whose wait ran out: redis-py's blocking pool (the blocking clients)
-        # and tether._redis's asyncio one raise the same error
+        # and tether.base._redis's asyncio one raise the same error
         isinstance(exc, redis.exceptions.ConnectionError)
         and str(exc).startswith("No connection available")
     )

@@ -165,3 +165,15 @@ class RateLimited(Exception):
         self.retry_after = None if retry_after is None else float(retry_after)
         self.reason = reason
         super().__init__(reason or f"rate limited (retry after {retry_after}s)")
+
+
+# Every public error is recorded (results, dead letters, traces, statistics) by its public
+# name, ``tether.EnqueueError``, not by the module that happens to define it: a name read
+# back months later must not change when the code moves.
+for _public in (
+    TetherError, ConfigError, ServerError, EnqueueError, SerializationError,
+    ArgumentSerializationError, TaskNotFound, QueueNotFound, ResultTimeout, NotOpen,
+    BlockingCallError, TaskFailed, Retry, RateLimited,
+):  # fmt: skip
+    _public.__module__ = "tether"
+del _public

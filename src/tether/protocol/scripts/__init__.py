@@ -1,6 +1,6 @@
 """Lua scripts, one file per atomic step, each opening with its KEYS/ARGV contract, and one
-typed Python function per script (:mod:`tether.scripts._calls`) that builds its KEYS and ARGV
-and parses its reply into named fields.
+typed Python function per script (:mod:`tether.protocol.scripts._calls`) that builds its
+KEYS and ARGV and parses its reply into named fields.
 
 A :class:`Script` runs with EVALSHA and falls back to EVAL when the server does not know
 it (after a restart or a ``SCRIPT FLUSH``), on a standalone server, a Cluster node (the

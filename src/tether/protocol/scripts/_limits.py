@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, NamedTuple
 
-from .._keys import GROUP, QueueKeys
-from .._limits import (
+from ...base._limits import (
     NO_LIMITS,
     ScopeKeys,
     TaskLimitKeys,
@@ -24,7 +23,8 @@ from .._limits import (
     holder_name,
     overrides_key,
 )
-from .._settings import ABANDONED
+from ...base._settings import ABANDONED
+from .._keys import GROUP, QueueKeys
 from ._script import Arg, Call, Script
 
 
@@ -173,7 +173,7 @@ def admit(
     items: Sequence[AdmitItem],
 ) -> Call[AdmitReply]:
     """Admit entries of limited tasks, or hold them back (scripts/limit_admit.lua).
-    ``holder`` is this worker's lease instance (see :func:`tether._limits.slot_holder`): the
+    ``holder`` is this worker's lease instance (see :func:`tether.base._limits.slot_holder`): the
     slots it takes are that instance's, not the name's."""
     stats_keys = (stats.minute_key, stats.hour_key) if stats else (keys.dead, keys.dead)
     table = _Keys(keys, stats_keys)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
-    from .._redis import AsyncClient, SyncClient
+    from ...base._redis import AsyncClient, SyncClient
 
 Arg = str | bytes | int | float
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from ._settings import PRIORITIES
+from ..base._settings import PRIORITIES
 
 GROUP = "tether"
 """The consumer group on every stream."""

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ._embedded import EmbeddedServer, stop_process
-from ._errors import TetherError
+from ..base._embedded import EmbeddedServer, stop_process
+from ..base._errors import TetherError
 
 console = Console(stderr=False)
 
@@ -69,7 +69,7 @@ def run_demo(
                         "-m",
                         "tether",
                         "worker",
-                        "tether.demo_app:app",
+                        "tether.cli.demo_app:app",
                         "--queues",
                         "demo",
                         "--concurrency",
@@ -196,8 +196,8 @@ def _dashboard(url: str, namespace: str, web: WebOptions) -> Iterator[None]:
     """Serve the dashboard with uvicorn in a thread of this process until the block ends."""
     import uvicorn
 
-    from . import Tether
-    from .web import create_app
+    from .. import Tether
+    from ..web import create_app
 
     sock = _listen(web)
     app = Tether(url, namespace=namespace)
@@ -225,7 +225,8 @@ def _dashboard(url: str, namespace: str, web: WebOptions) -> Iterator[None]:
 
 async def _trickle(url: str, namespace: str, procs: list[subprocess.Popen[bytes]]) -> None:
     """A few tasks a second (some of them for later), until interrupted or a worker exits."""
-    from . import Tether, demo_app
+    from .. import Tether
+    from . import demo_app
 
     app = Tether(url, namespace=namespace)  # the batch's app is closed: one for this loop
     greet = app.by_name(demo_app.greet.name, queue="demo")

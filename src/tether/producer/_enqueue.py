@@ -20,25 +20,25 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from . import scripts
-from ._blocking import refuse_on_loop
-from ._envelope import (
+from ..base._blocking import refuse_on_loop
+from ..base._errors import ArgumentSerializationError, EnqueueError
+from ..base._faults import Fault, classify, describe_error, is_pool_exhausted
+from ..base._middleware import Middleware, call_hooks, call_hooks_sync, overrides
+from ..base._settings import PRIORITIES
+from ..protocol import scripts
+from ..protocol._envelope import (
     ENVELOPE_VERSION,
     PlainEncoder,
     Serializer,
     find_unserializable,
     plain_encoder,
 )
-from ._errors import ArgumentSerializationError, EnqueueError
-from ._faults import Fault, classify, describe_error, is_pool_exhausted
+from ..protocol._keys import QueueKeys, derived_task_id
 from ._handle import TaskHandle
-from ._keys import QueueKeys, derived_task_id
-from ._middleware import Middleware, call_hooks, call_hooks_sync, overrides
-from ._settings import PRIORITIES
 
 if TYPE_CHECKING:
+    from ..protocol.scripts import Call
     from ._core import Core
-    from .scripts import Call
 
 Calls = Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]
 

@@ -11,7 +11,7 @@ import os
 
 import redis.asyncio
 
-from . import Tether
+from .. import Tether
 
 app = Tether()
 

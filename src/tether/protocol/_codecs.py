@@ -7,7 +7,7 @@
 - an **entry name** in a settle reply (``<stream index><entry id>``).
 
 A value no Tether writes (set by hand, corrupted) is refused with None here; the caller
-decides whether that is worth a log line (``tether._unreadable``).
+decides whether that is worth a log line (``tether.base._unreadable``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One typed function per script: KEYS and ARGV are built here and only here, and each reply
 is parsed into named fields. Callers never index a raw reply.
 
-Each function returns a :class:`~tether.scripts._script.Call`; run it with
+Each function returns a :class:`~tether.protocol.scripts._script.Call`; run it with
 ``await call.run(client)`` or ``call.run_sync(client)``.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ...base._settings import ABANDONED
 from .._codecs import parse_entry_name
 from .._keys import GROUP, QueueKeys
-from .._settings import ABANDONED
 from ._script import (
     APPEND,
     CANCEL,

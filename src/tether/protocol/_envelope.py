@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ._errors import TetherError
+from ..base._errors import TetherError
 
 ENVELOPE_VERSION = 1
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from typing_extensions import Self
 
+from ..base._config import TaskConfig, check_retries, check_timeout
+from ..base._errors import ConfigError, EnqueueError
+from ..base._limits import check_limit_key
+from ..base._settings import check_name, check_priority, seconds
 from . import _enqueue
-from ._config import TaskConfig, check_retries, check_timeout
 from ._enqueue import CallOptions, Plan
-from ._errors import ConfigError, EnqueueError
 from ._handle import TaskHandle
-from ._limits import check_limit_key
-from ._settings import check_name, check_priority, seconds
 
 if TYPE_CHECKING:
     from ._core import Core
@@ -100,7 +100,7 @@ class Task(Generic[P, R]):
         self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn) if fn is not None else None
         self.plain_arity = _simple_arity(self.signature) if self.signature is not None else -2
-        """See :class:`~tether._core.RegisteredTask`."""
+        """See :class:`~tether.producer._core.RegisteredTask`."""
         self._plan: Plan | None = None
         self._plan_generation = app.generation
         self._call_options = call_options or CallOptions()

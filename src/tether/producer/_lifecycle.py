@@ -8,13 +8,13 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import scripts
-from ._codecs import parse_index_value
-from ._envelope import BadEnvelope, Envelope
-from ._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
-from ._keys import QueueKeys, entry_of_task_id, queue_of_task_id
-from ._status import CancelResult, TaskStatus
-from ._unreadable import parsed, skip
+from ..base._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
+from ..base._status import CancelResult, TaskStatus
+from ..base._unreadable import parsed, skip
+from ..protocol import scripts
+from ..protocol._codecs import parse_index_value
+from ..protocol._envelope import BadEnvelope, Envelope
+from ..protocol._keys import QueueKeys, entry_of_task_id, queue_of_task_id
 
 if TYPE_CHECKING:
     from ._core import Core
