@@ -29,17 +29,16 @@ from .base._histogram import split_field
 from .base._limits import (
     WIRE_FIELDS,
     Rate,
-    TaskLimitKeys,
     TaskLimits,
     check_limit,
     check_limit_key,
     merge,
-    overrides_key,
     parse_rate,
 )
 from .base._redis import text
 from .base._settings import check_name
 from .base._unreadable import parsed, text_or_none
+from .protocol._keys import TaskLimitKeys, overrides_key
 from .protocol.scripts import _limits as calls
 
 if TYPE_CHECKING:

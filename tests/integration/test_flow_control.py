@@ -23,8 +23,10 @@ import redis
 
 from tether import ConfigError, RateLimited, Task, TaskFailed, Tether, current_task
 from tether.base._embedded import EmbeddedServer
-from tether.base._limits import TaskLimitKeys, held_key, holder_name, parse_rate
+from tether.base._limits import parse_rate
 from tether.base._status import TaskStatus
+from tether.protocol._codecs import holder_name
+from tether.protocol._keys import TaskLimitKeys, held_key
 
 from ..helpers import FAST, ServerInfo, WorkerProcess, eventually, running_worker, wait_until
 from ..servers import LocalCluster

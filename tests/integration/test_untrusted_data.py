@@ -26,17 +26,17 @@ import pytest
 import redis
 
 from tether import ConfigError, TaskNotFound, Tether
-from tether.base._limits import overrides_key
 from tether.base._schedule import Schedule
 from tether.protocol._keys import (
     KEYS_CACHED,
     QueueKeys,
+    SchedulerKeys,
     known_queues_key,
+    overrides_key,
     queue_keys,
     registry_keys,
 )
 from tether.scheduler import Scheduler
-from tether.scheduler._control import SchedulerKeys
 from tether.web import create_app
 
 from ..web_helpers import TOKEN, serving, valkey_url  # noqa: F401  (a fixture)

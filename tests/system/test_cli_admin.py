@@ -16,12 +16,12 @@ import redis
 from click.testing import CliRunner
 
 from tether import Tether
-from tether.base._settings import WorkerSettings
+from tether.base._settings import WorkerSettings, default_of, help_of
 from tether.cli import main
 from tether.cli._dead import SHOWN_PAYLOAD
 from tether.dead import DeadLetter
+from tether.protocol._keys import SchedulerKeys
 from tether.scheduler import Scheduler
-from tether.scheduler._control import SchedulerKeys
 
 from ..helpers import ROOT
 
@@ -47,9 +47,10 @@ def test_worker_options_are_the_settings_fields_with_their_defaults() -> None:
     for field in dataclasses.fields(WorkerSettings):
         assert field.name in params, f"no option for WorkerSettings.{field.name}"
         default = params[field.name].default
-        expected = ",".join(field.default) if isinstance(field.default, tuple) else field.default
+        expected = default_of(field)
+        expected = ",".join(expected) if isinstance(expected, tuple) else expected
         assert default == expected, field.name
-        assert params[field.name].help, f"--{field.name} has no help"
+        assert params[field.name].help == help_of(field) != "", f"--{field.name}: its help"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +73,7 @@ def test_an_explicit_url_wins_over_the_url_in_the_apps_code(
         fixed_url.app.close_sync()
     worker = run_cli(
         "worker", "tests.apps.fixed_url:app", "--burst", "--url", url, "--namespace", namespace,
-        "--connect-timeout", "10",
+        "--give-up-after", "10",
     )  # fmt: skip
     assert worker.returncode == 0, worker.stderr
     result = run_cli("task", "result", task.id, "--url", url, "--namespace", namespace)
@@ -125,7 +126,7 @@ def test_dead_show_truncates_a_huge_payload_unless_asked(
 
     async def serve() -> list[DeadLetter]:
         async with app:
-            await app.worker(burst=True, scheduler=False, connect_timeout=10).run()
+            await app.worker(burst=True, scheduler=False, give_up_after=10).run()
             return await app.dead_letters("default").list()
 
     (letter,) = asyncio.run(serve())

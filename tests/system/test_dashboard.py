@@ -37,8 +37,7 @@ from tether import Tether
 from tether.admin import QueueStats, Stats
 from tether.base._histogram import bucket
 from tether.base._status import TaskStatus
-from tether.protocol._keys import known_queues_key
-from tether.scheduler._control import SchedulerKeys
+from tether.protocol._keys import SchedulerKeys, known_queues_key
 from tether.web import create_app, router
 
 from ..apps import dashboard

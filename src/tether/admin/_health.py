@@ -8,7 +8,8 @@ from redis.exceptions import RedisError
 
 from ..base._faults import TRANSIENT_ERRORS, describe_error
 from ..base._redis import text
-from ..scheduler._control import SchedulerKeys, leader_text
+from ..protocol._keys import SchedulerKeys
+from ..scheduler._control import leader_text
 from ._models import Health, utc
 from ._replies import server_ms
 

@@ -19,7 +19,7 @@ from ..base._errors import ConfigError
 from ..base._redis import text
 from ..base._settings import ABANDONED, PRIORITIES
 from ..base._unreadable import finite, text_or_none
-from ..protocol._codecs import DEFAULT_SIDX, parse_scheduled
+from ..protocol._codecs import DEFAULT_SIDX, parse_scheduled, payload_of
 from ..protocol._envelope import BadEnvelope, Envelope
 from ..protocol._keys import GROUP, derived_task_id
 from ._models import DelayedTask, Page, RunningTask, from_ms, utc
@@ -109,7 +109,7 @@ async def running(core: Core, queue: str, cursor: str | None, limit: int) -> Pag
     for (s, r), entry in zip(shown, replies[1 + len(owners) :], strict=True):
         entry_id = text(r["message_id"])
         found = value(entry, [])
-        env = _decode(core, found[0][1].get(b"m") if found else None)
+        env = _decode(core, payload_of(found))
         idle_ms = int(r["time_since_delivered"])
         owner = text(r["consumer"])
         items.append(

@@ -15,7 +15,7 @@ from ..base._settings import PRIORITIES
 from ..base._unreadable import parsed, skip
 from ..producer._lifecycle import keys_for
 from ..protocol import scripts
-from ..protocol._codecs import parse_index_value, parse_scheduled
+from ..protocol._codecs import parse_index_value, parse_scheduled, payload_of
 from ..protocol._envelope import BadEnvelope, Envelope
 from ..protocol._keys import GROUP, entry_of_task_id
 from ._models import TaskError, TaskInfo, from_ms, utc
@@ -62,7 +62,7 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
                 started_at = from_ms(server_ms(now) - idle_ms)
         else:
             rows = await client.xrange(stream, entry, entry)
-        payload = rows[0][1].get(b"m") if rows else None
+        payload = payload_of(rows)
     elif scheduled:
         sidx, payload = parse_scheduled(scheduled)
     env = _decode(core, payload)

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from ..base._embedded import EmbeddedServer, stop_process
 from ..base._errors import TetherError
+from ..protocol._keys import QueueKeys
 
 console = Console(stderr=False)
 
@@ -119,7 +120,9 @@ async def _drive(
     checksum, greet, urgent_ping = demo_app.checksum, demo_app.greet, demo_app.urgent_ping
     deadline = time.monotonic() + timeout
     counter = redis.Redis.from_url(url)
-    leases = [f"{{{namespace}:demo}}:lease:{namespace}-worker-{i}" for i in range(len(procs))]
+    leases = [
+        QueueKeys.of(namespace, "demo").lease(f"{namespace}-worker-{i}") for i in range(len(procs))
+    ]
     while counter.exists(*leases) < len(leases):  # time the work, not the workers' start-up
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
             console.print("[red]the workers did not start[/red]")

@@ -12,7 +12,7 @@ from ..base._errors import ConfigError, ResultTimeout, TaskFailed, TaskNotFound
 from ..base._status import CancelResult, TaskStatus
 from ..base._unreadable import parsed, skip
 from ..protocol import scripts
-from ..protocol._codecs import parse_index_value
+from ..protocol._codecs import parse_index_value, parse_scheduled, payload_of
 from ..protocol._envelope import BadEnvelope, Envelope
 from ..protocol._keys import QueueKeys, entry_of_task_id, queue_of_task_id
 
@@ -249,10 +249,10 @@ async def cancel(core: Core, task_id: str) -> CancelResult:
     if where is not None:
         rows: Any = await client.xrange(c.keys.streams[where[0] - 1], where[1], where[1])
         if rows:
-            c.learn(rows[0][1].get(b"m"))
+            c.learn(payload_of(rows))
     else:
         value: Any = await client.hget(c.keys.scheduled_payloads, task_id)
-        c.learn(value[1:] if value else None)
+        c.learn(parse_scheduled(value)[1] if value else None)
     owner = ""
     for _ in range(5):
         reply = await c.call(owner).run(client)
@@ -278,10 +278,10 @@ def cancel_sync(core: Core, task_id: str) -> CancelResult:
     if where is not None:
         rows: Any = client.xrange(c.keys.streams[where[0] - 1], where[1], where[1])
         if rows:
-            c.learn(rows[0][1].get(b"m"))
+            c.learn(payload_of(rows))
     else:
         value: Any = client.hget(c.keys.scheduled_payloads, task_id)
-        c.learn(value[1:] if value else None)
+        c.learn(parse_scheduled(value)[1] if value else None)
     owner = ""
     for _ in range(5):
         reply = c.call(owner).run_sync(client)

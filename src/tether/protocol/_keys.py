@@ -175,3 +175,77 @@ KNOWN_QUEUES_TTL_MS = 7 * 24 * 3600 * 1000
 def scheduler_tag(namespace: str) -> str:
     """Cross-queue scheduler keys live under a hash tag of their own."""
     return f"{{{namespace}:scheduler}}"
+
+
+@dataclass(frozen=True)
+class SchedulerKeys:
+    leader: str
+    definitions: str
+    paused: str
+    version: str
+    errors: str
+    """schedule name -> the last error firing it met (cleared by its next successful tick)"""
+
+    @classmethod
+    def of(cls, namespace: str) -> SchedulerKeys:
+        tag = scheduler_tag(namespace)
+        return cls(
+            f"{tag}:leader", f"{tag}:defs", f"{tag}:paused", f"{tag}:version", f"{tag}:errors"
+        )
+
+
+# -- flow-control limit keys -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKeys:
+    """The keys of one limit scope: a task, or a task and a limit key."""
+
+    bucket: str
+    """string: '<generation> <schedule TAT ms> <meter TAT ms>', with an expiry: the
+    theoretical arrival times (GCRA) of the schedule (every admission and every reserved
+    start) and of the meter (the starts admitted, when they were admitted)"""
+    running: str
+    """hash: task id -> the lease instance running it (:func:`slot_holder`); '' while no
+    worker runs it: woken and not yet started, or waiting for its rate token"""
+    waiting: str
+    """list: '<task id>\\n<its park score>' of tasks parked until a slot frees"""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLimitKeys:
+    """The keys of one task's limits on one queue."""
+
+    tag: str
+    task: str
+    scope: ScopeKeys
+    reservations: str
+    """sorted set: task id -> the time its rate token is reserved for (ms), counted in
+    every rate's schedule; negated when it is a time of the key's rate only (its key's rate
+    bound it: the task-wide rate is asked when it comes back)"""
+    waiting_keys: str
+    """set: the limit keys with tasks parked on them (so a runtime change finds them)"""
+
+    @classmethod
+    def of(cls, tag: str, task: str) -> TaskLimitKeys:
+        t = f"{len(task)}:{task}"
+        return cls(tag, task, _scope(tag, t), f"{tag}:lim:resv:{t}", f"{tag}:lim:wkeys:{t}")
+
+    def key_scope(self, key: str) -> ScopeKeys:
+        return _scope(self.tag, f"{len(self.task)}:{self.task}:{key}")
+
+
+def _scope(tag: str, name: str) -> ScopeKeys:
+    return ScopeKeys(f"{tag}:lim:tat:{name}", f"{tag}:lim:run:{name}", f"{tag}:lim:wait:{name}")
+
+
+def overrides_key(tag: str) -> str:
+    """hash: task name -> the runtime override of its limits (JSON)"""
+    return f"{tag}:limits"
+
+
+def held_key(tag: str) -> str:
+    """hash: task id -> '<holder>\\n<JSON [task, limit key]>' for every concurrency slot
+    held (holder: :func:`slot_holder`, or '' for a task no worker runs), so maintenance can
+    find the slots of dead workers"""
+    return f"{tag}:lim:held"

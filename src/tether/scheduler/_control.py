@@ -18,29 +18,12 @@ from ..base._unreadable import parsed, skip, text_or_none
 from ..producer import _lifecycle
 from ..producer._enqueue import Plan, enqueue
 from ..producer._task import Task
-from ..protocol._keys import queue_of_task_id, scheduler_tag
+from ..protocol._keys import SchedulerKeys, queue_of_task_id
 
 if TYPE_CHECKING:
     from ..base._redis import AsyncClient
     from ..producer._core import Core
     from ..producer._handle import TaskHandle
-
-
-@dataclass(frozen=True)
-class SchedulerKeys:
-    leader: str
-    definitions: str
-    paused: str
-    version: str
-    errors: str
-    """schedule name -> the last error firing it met (cleared by its next successful tick)"""
-
-    @classmethod
-    def of(cls, namespace: str) -> SchedulerKeys:
-        tag = scheduler_tag(namespace)
-        return cls(
-            f"{tag}:leader", f"{tag}:defs", f"{tag}:paused", f"{tag}:version", f"{tag}:errors"
-        )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from ..base._redis import text
 from ..base._settings import PRIORITIES
 from ..protocol import scripts
 from ..protocol._envelope import Envelope
-from ._control import SchedulerKeys, load_runtime, parse_marker, unreadable_marker
+from ..protocol._keys import SchedulerKeys
+from ._control import load_runtime, parse_marker, unreadable_marker
 
 if TYPE_CHECKING:
     from ..base._redis import AsyncClient

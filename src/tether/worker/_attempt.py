@@ -82,15 +82,22 @@ def judge(exc: BaseException, task: RegisteredTask, attempt: int, retries: int) 
     )
 
 
+def result_error(serializer: Serializer, value: Any, exc: Exception) -> ResultSerializationError:
+    """What a task whose result ``serializer`` refused (with ``exc``) fails with."""
+    error = ResultSerializationError(
+        f"the result ({type(value).__name__}) cannot be serialized by the "
+        f"{serializer.name} serializer: {exc}"
+    )
+    error.__cause__ = exc
+    return error
+
+
 def check_result(serializer: Serializer, value: Any, encode: Callable[[Any], Any]) -> Any:
     """``encode(value)``, or the error a task whose result cannot be serialized fails with."""
     try:
         return encode(value)
     except Exception as exc:
-        raise ResultSerializationError(
-            f"the result ({type(value).__name__}) cannot be serialized by the "
-            f"{serializer.name} serializer: {exc}"
-        ) from exc
+        raise result_error(serializer, value, exc) from exc
 
 
 class Scopes:

@@ -33,19 +33,10 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from ..base._faults import TRANSIENT_ERRORS, Fault, classify
-from ..base._limits import (
-    TaskLimitKeys,
-    TaskLimits,
-    decode_override,
-    held_key,
-    holder_name,
-    merge,
-    overrides_key,
-    parse_held,
-    slot_holder,
-)
+from ..base._limits import TaskLimits, decode_override, merge
 from ..base._redis import text
-from ..protocol._keys import entry_of_task_id
+from ..protocol._codecs import holder_name, parse_held, slot_holder
+from ..protocol._keys import TaskLimitKeys, entry_of_task_id, held_key, overrides_key
 from ..protocol.scripts import _limits as calls
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..base._context import LazyContext
-from ..base._errors import ResultSerializationError, TaskTimeout
+from ..base._errors import TaskTimeout
 from ..base._faults import Fault, UnknownReplies, classify
 from ..base._middleware import call_hooks
 from ..base._settings import PRIORITIES
@@ -91,7 +91,12 @@ class Runner:
 
     def submit(self, delivery: Delivery) -> None:
         waiting = self.waiting
-        if self.busy < self.concurrency and waiting.open() and not waiting.is_suspect(delivery):
+        if (
+            self.busy < self.concurrency
+            and not waiting.count
+            and waiting.alone is None
+            and not (delivery.suspect and delivery.deliveries >= 2)  # Waiting.is_suspect
+        ):
             self._start(delivery)
         else:
             waiting.add(delivery)
@@ -106,7 +111,7 @@ class Runner:
     def schedule(self) -> None:
         """Start what may start (see ``Waiting.next``); none while the lease is in doubt."""
         waiting = self.waiting
-        if self._shutting_down or not waiting or not self._lease_held():
+        if self._shutting_down or not waiting.count or not self._lease_held():
             return
         while self.busy < self.concurrency:
             delivery = waiting.next(self.busy)
@@ -251,13 +256,9 @@ class Runner:
         exc = ran.error
         if exc is None:
             try:
-                outcome = attempt.check_result(
-                    app.serializer,
-                    ran.value,
-                    lambda value: policy.success(target, app.serializer, env, value),
-                )
-            except ResultSerializationError as error:
-                exc = error
+                outcome = policy.success(target, app.serializer, env, ran.value)
+            except Exception as error:
+                exc = attempt.result_error(app.serializer, ran.value, error)
         free_slot = True
         if exc is not None:
             if isinstance(exc, TaskTimeout):

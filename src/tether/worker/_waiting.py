@@ -26,13 +26,15 @@ def quarantine_reason(delivery: Delivery, max_deliveries: int) -> str | None:
 
 
 class Waiting(Generic[D]):
-    __slots__ = ("_buffers", "_suspects", "alone")
+    __slots__ = ("_buffers", "_suspects", "alone", "count")
 
     def __init__(self) -> None:
         self._buffers: tuple[deque[D], deque[D], deque[D]] = (deque(), deque(), deque())
         self._suspects: deque[D] = deque()
         self.alone: D | None = None
         """The suspect running alone now, if any."""
+        self.count = 0
+        """Deliveries waiting (an attribute, not a method: the runner reads it per task)."""
 
     @staticmethod
     def is_suspect(delivery: Delivery) -> bool:
@@ -40,19 +42,17 @@ class Waiting(Generic[D]):
 
     def open(self) -> bool:
         """Nothing waits and no suspect runs: a new plain entry may start at once."""
-        return self.alone is None and not self._suspects and not any(self._buffers)
+        return self.alone is None and not self.count
 
     def add(self, delivery: D) -> None:
         if self.is_suspect(delivery):
             self._suspects.append(delivery)
         else:
             self._buffers[delivery.sidx - 1].append(delivery)
-
-    def __bool__(self) -> bool:
-        return bool(self._suspects) or any(self._buffers)
+        self.count += 1
 
     def __len__(self) -> int:
-        return len(self._suspects) + sum(len(b) for b in self._buffers)
+        return self.count
 
     def next(self, busy: int) -> D | None:
         """What may start now, with ``busy`` running: nothing while a suspect runs; a
@@ -63,9 +63,11 @@ class Waiting(Generic[D]):
             if busy:
                 return None
             self.alone = self._suspects.popleft()
+            self.count -= 1
             return self.alone
         for buffer in self._buffers:
             if buffer:
+                self.count -= 1
                 return buffer.popleft()
         return None
 
@@ -81,6 +83,7 @@ class Waiting(Generic[D]):
         for buffer in self._buffers:
             out.extend(buffer)
             buffer.clear()
+        self.count = 0
         return out
 
     def take_where(self, wanted: Callable[[D], bool]) -> Iterator[D]:
@@ -88,4 +91,5 @@ class Waiting(Generic[D]):
         for queue in (self._suspects, *self._buffers):
             for delivery in [d for d in queue if wanted(d)]:
                 queue.remove(delivery)
+                self.count -= 1
                 yield delivery

@@ -14,17 +14,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, NamedTuple
 
-from ...base._limits import (
-    NO_LIMITS,
-    ScopeKeys,
-    TaskLimitKeys,
-    TaskLimits,
-    held_key,
-    holder_name,
-    overrides_key,
-)
+from ...base._limits import NO_LIMITS, TaskLimits
 from ...base._settings import ABANDONED
-from .._keys import GROUP, QueueKeys
+from .._codecs import holder_name
+from .._keys import GROUP, QueueKeys, ScopeKeys, TaskLimitKeys, held_key, overrides_key
 from ._script import Arg, Call, Script
 
 
@@ -173,8 +166,9 @@ def admit(
     items: Sequence[AdmitItem],
 ) -> Call[AdmitReply]:
     """Admit entries of limited tasks, or hold them back (scripts/limit_admit.lua).
-    ``holder`` is this worker's lease instance (see :func:`tether.base._limits.slot_holder`): the
-    slots it takes are that instance's, not the name's."""
+    ``holder`` is this worker's lease instance (see
+    :func:`tether.protocol._codecs.slot_holder`): the slots it takes are that instance's,
+    not the name's."""
     stats_keys = (stats.minute_key, stats.hour_key) if stats else (keys.dead, keys.dead)
     table = _Keys(keys, stats_keys)
     entries: list[list[Any]] = []
