@@ -114,7 +114,8 @@ class Options:
     flow_control: bool = False
     stats: bool = False
     """The settle script writes the statistics."""
-    metrics: AttemptSink | None = None
+    sinks: tuple[AttemptSink, ...] = ()
+    """Where settled attempts go besides the statistics (the worker's metrics)."""
     settle_linger: float = 0.0
     """Wait up to this long for outcomes to share a settle call (taskiq acks one by one)."""
     patient_fetch_stop: bool = True
@@ -215,7 +216,7 @@ class Engine:
             retry_delay=settings.reconnect_delay,
             stats_window=settings_of.stats_window if options.stats else None,
             flow=self.flow,
-            metrics=options.metrics,
+            sinks=options.sinks,
             linger=options.settle_linger,
             linger_batch=settings.pending_limit // 2,
             where=self.where,

@@ -26,7 +26,7 @@ from ._runner import observation
 from ._stats import StatsKeys
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from ..base._redis import AsyncClient
     from ._flow import FlowControl
@@ -69,7 +69,7 @@ class Settler:
         retry_delay: Callable[[int], float],
         stats_window: float | None,
         flow: FlowControl | None = None,
-        metrics: AttemptSink | None = None,
+        sinks: Sequence[AttemptSink] = (),
         linger: float = 0.0,
         linger_batch: int = 1,
         where: str = "the server",
@@ -92,7 +92,9 @@ class Settler:
         self._retry_delay = retry_delay
         self._stats = None if stats_window is None else StatsKeys(stats_window)
         self._flow = flow
-        self._metrics = metrics
+        self._sinks = tuple(sinks)
+        """Where each settled batch's attempts go, besides the statistics the script writes
+        (the worker's metrics)."""
         self._pending: list[Item] = []
         self._retrying: list[_Chunk] = []
         self._wake = asyncio.Event()
@@ -173,7 +175,7 @@ class Settler:
         """One settle call. True when done (settled, or nothing left to settle)."""
         entries = [(d.sidx, d.entry_id, o) for d, o in chunk.items]
         stats = observed = None
-        if self._stats is not None or self._metrics is not None:
+        if self._stats is not None or self._sinks:
             each = [observation(d, o) for d, o in chunk.items]
             observed = [ob for ob in each if ob is not None]
             if self._stats is not None:
@@ -195,7 +197,7 @@ class Settler:
         self._ledger.release(d for d, _ in chunk.items)
         if stats is not None and self._stats is not None and reply.settled:
             self._stats.written(stats)
-        if self._metrics is not None:
+        if self._sinks:
             self._record(chunk, reply, observed)
         return True
 
@@ -244,10 +246,9 @@ class Settler:
     def _record(
         self, chunk: _Chunk, reply: scripts.SettleReply, observed: list[Observation] | None
     ) -> None:
-        """Give the metrics the attempts whose outcome counted: one discarded because
+        """Give the sinks the attempts whose outcome counted: one discarded because
         another worker had claimed the entry ran here, but the other worker's run is the
         one that counts (this one is in ``lost_leases``)."""
-        assert self._metrics is not None
         discarded = reply.taken.keys() | (set() if chunk.resent else reply.gone)
         if observed is None or discarded:
             observed = [
@@ -256,7 +257,8 @@ class Settler:
                 if (d.sidx, d.entry_id) not in discarded and (ob := observation(d, o)) is not None
             ]
         if observed:
-            self._metrics.record(chunk.queue.name, observed)
+            for sink in self._sinks:
+                sink.record(chunk.queue.name, observed)
 
     def _report(self, chunk: _Chunk, reply: scripts.SettleReply) -> None:
         if not reply.taken and not reply.gone and not reply.forged:

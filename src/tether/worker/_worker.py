@@ -171,7 +171,7 @@ class Worker:
             options=Options(
                 flow_control=True,
                 stats=app.settings.stats,
-                metrics=None if self.metrics is None else self.metrics.tally,
+                sinks=() if self.metrics is None else (self.metrics.tally,),
                 concurrency=s.concurrency,
             ),
         )
