@@ -10,8 +10,11 @@ import base64
 import contextlib
 import itertools
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +25,7 @@ from taskiq.exceptions import SendTaskError
 from taskiq.kicker import AsyncKicker
 from taskiq.receiver import Receiver
 
-from tether import ConfigError, EnqueueError
+from tether import ConfigError, EnqueueError, WorkerSettings
 from tether.contrib.taskiq import TetherBroker, current_delivery
 from tether.protocol._keys import GROUP, QueueKeys
 
@@ -415,6 +418,80 @@ def test_bad_settings_fail_when_the_broker_is_made() -> None:
         TetherBroker("redis://localhost:1/0", ack_linger=-1)
     with pytest.raises(ConfigError, match="ack_linger=3 must stay below heartbeat_interval=2"):
         TetherBroker("redis://localhost:1/0", ack_linger=3)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"heartbeat_tll": 5}, "TetherBroker has no setting 'heartbeat_tll': did you mean "
+                               "heartbeat_ttl?"),
+        ({"socket_timout": 5}, "TetherBroker has no setting 'socket_timout': did you mean "
+                               "socket_timeout?"),
+        ({"connect_timeout": 5}, "'connect_timeout': it is 'give_up_after' now"),
+        ({"settings": WorkerSettings(), "give_up_after": -1},
+         "give_up_after=-1: must be more than zero"),
+        ({"settings": WorkerSettings(heartbeat_interval=2), "heartbeat_ttl": 1},
+         "heartbeat_ttl=1.0 must exceed heartbeat_interval=2.0"),
+        ({"concurrency": 4}, "TetherBroker sets concurrency itself: taskiq runs the tasks "
+                             "(--max-async-tasks): give max_pending="),
+        ({"queues": ("a",)}, "TetherBroker sets queues itself: the broker serves one queue: "
+                             "give queue="),
+        ({"metrics_port": 9100}, "TetherBroker sets metrics_port itself"),
+        ({"settings": {"heartbeat_ttl": 3}},
+         "settings={'heartbeat_ttl': 3}: expected a tether.WorkerSettings"),
+    ],
+)  # fmt: skip
+def test_bad_worker_settings_fail_when_the_broker_is_made(
+    options: dict[str, Any], message: str
+) -> None:
+    """The worker side's options are WorkerSettings fields, checked by WorkerSettings."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TetherBroker("redis://localhost:1/0", **options)
+
+
+async def test_the_worker_side_runs_on_the_settings_given(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path
+) -> None:
+    """``settings`` (one shared with ``tether worker``, say) with keywords over it; the broker
+    sets its queue, its bound on what a process holds, no shutdown grace and no scheduler."""
+    health = tmp_path / "health"
+    shared = WorkerSettings(
+        queues=("emails", "default"),
+        concurrency=2,
+        heartbeat_interval=timedelta(milliseconds=100),
+        heartbeat_ttl=timedelta(seconds=30),
+        reclaim_interval=0.2,
+        stall_timeout=60,
+        shutdown_grace=20,
+        health_file=str(health),
+    )
+    broker = TetherBroker(
+        url, namespace=namespace, settings=shared, max_pending=8,
+        heartbeat_ttl=timedelta(seconds=2), give_up_after=timedelta(seconds=9),
+    )  # fmt: skip
+    done: list[int] = []
+
+    @broker.task(task_name="job")
+    async def job(i: int) -> None:
+        done.append(i)
+
+    await broker.startup()
+    await job.kiq(1)
+    async with receiving(broker):
+        await eventually(lambda: done == [1])
+        consumer = broker.tether_consumer
+        assert consumer is not None
+        s = consumer.settings
+        assert (s.queues, s.concurrency, s.max_pending) == (("taskiq",), 8, 8)
+        assert (s.shutdown_grace, s.scheduler) == (0.0, False)
+        assert (s.heartbeat_interval, s.heartbeat_ttl, s.give_up_after) == (0.1, 2.0, 9.0)
+        assert (s.reclaim_interval, s.stall_timeout) == (0.2, 60.0)
+        # In effect: the lease lives heartbeat_ttl (2 s, not the shared 30 s); the
+        # heartbeat touches the health file.
+        lease = QueueKeys.of(namespace, "taskiq").lease(consumer.name)
+        await eventually(lambda: 0 < rds.pttl(lease) <= 2000)
+        await eventually(health.exists)
+    assert shared.heartbeat_ttl == 30.0  # the shared settings are left as they were
 
 
 @pytest.mark.cluster

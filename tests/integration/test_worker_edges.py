@@ -155,7 +155,7 @@ async def test_a_burst_worker_gives_up_on_an_unreachable_server(namespace: str) 
     app = Tether(f"redis://127.0.0.1:{free_port()}/0", namespace=namespace, connect_timeout=0.2)
     started = time.monotonic()
     with pytest.raises(ServerError, match="gave up after 1s"):
-        await asyncio.wait_for(app.worker(burst=True, connect_timeout=1, **FAST).run(), 20)
+        await asyncio.wait_for(app.worker(burst=True, give_up_after=1, **FAST).run(), 20)
     assert time.monotonic() - started < 10
 
 

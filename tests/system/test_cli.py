@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -14,7 +15,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from tether import __version__
+from tether import WorkerSettings, __version__
+from tether.base._settings import help_of
 from tether.cli import main
 
 from ..helpers import ROOT, WorkerProcess, wait_until
@@ -44,6 +46,26 @@ def test_version() -> None:
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0
     assert __version__ in result.output
+
+
+def test_worker_help_shows_each_settings_help_from_its_field() -> None:
+    """``tether worker --help``: one option per WorkerSettings field, whose help is the
+    field's ``metadata["help"]`` (the option's own wrapping aside)."""
+    result = CliRunner().invoke(main, ["worker", "--help"])
+    assert result.exit_code == 0, result.output
+    shown = "".join(result.output.split())
+    for field in dataclasses.fields(WorkerSettings):
+        text = help_of(field)
+        assert text, f"WorkerSettings.{field.name} has no help"
+        assert "--" + field.name.replace("_", "-") in result.output, field.name
+        assert "".join(text.split()) in shown, f"--{field.name}: {text!r} is not shown"
+    assert "--connect-timeout" not in result.output
+
+
+def test_worker_names_the_new_name_of_a_renamed_setting() -> None:
+    result = CliRunner().invoke(main, ["worker", "tests.apps.tasks:app", "--connect-timeout", "1"])
+    assert result.exit_code == 2
+    assert "--connect-timeout is called --give-up-after now" in result.output
 
 
 def test_worker_refuses_bad_settings_at_start() -> None:

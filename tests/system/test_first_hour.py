@@ -62,12 +62,12 @@ def shop_failures(shop: dict[str, str], orders: list[int], cli: bool = False) ->
         async with app:
             ids = [(await module.charge.enqueue(order)).id for order in orders]
             if not cli:
-                await app.worker(burst=True, scheduler=False, connect_timeout=10).run()
+                await app.worker(burst=True, scheduler=False, give_up_after=10).run()
             return ids
 
     ids = asyncio.run(serve())
     if cli:
-        done = tether("worker", SHOP, "--burst", "--connect-timeout", "10", env=shop)
+        done = tether("worker", SHOP, "--burst", "--give-up-after", "10", env=shop)
         assert done.returncode == 0, done.stderr
     return ids
 
@@ -300,12 +300,12 @@ def test_a_burst_worker_gives_up_on_an_unreachable_server() -> None:
     """It used to retry for 100 s until killed."""
     started = time.monotonic()
     where = f"redis://127.0.0.1:{free_port()}/0"
-    done = tether("worker", "tests.apps.tasks:app", "--burst", "--connect-timeout", "1",
+    done = tether("worker", "tests.apps.tasks:app", "--burst", "--give-up-after", "1",
                   "--url", where)  # fmt: skip
     assert done.returncode == 1
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"Error: cannot reach the server at {where} ("), last
-    assert last.endswith("; gave up after 1s (connect_timeout)"), last
+    assert last.endswith("; gave up after 1s (give_up_after)"), last
     assert time.monotonic() - started < 15
 
 
@@ -346,7 +346,7 @@ async def test_removed_dead_consumers_are_logged_at_debug(
     rds.xgroup_create(keys.stream("normal"), "tether", id="0")
     rds.xgroup_createconsumer(keys.stream("normal"), "tether", "long-gone")
     caplog.set_level(logging.DEBUG, "tether")
-    await app.worker(burst=True, scheduler=False, connect_timeout=10).run()
+    await app.worker(burst=True, scheduler=False, give_up_after=10).run()
     (record,) = [r for r in caplog.records if "dead consumer" in r.getMessage()]
     assert record.levelno == logging.DEBUG
     assert record.getMessage() == "removed 1 dead consumer from queue default"
@@ -381,7 +381,7 @@ async def test_an_idle_worker_says_it_ran_nothing(
     app: Tether, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "tether")
-    worker = app.worker(burst=True, scheduler=False, connect_timeout=10)
+    worker = app.worker(burst=True, scheduler=False, give_up_after=10)
     await worker.run()
     assert f"worker {worker.name} stopped: no tasks" in caplog.text
 

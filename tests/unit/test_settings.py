@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import pickle
+import re
+import textwrap
 from datetime import datetime, timedelta
 
 import pytest
 
 from tether import ConfigError, Tether, WorkerSettings
 from tether.base._redis import parse_url
+from tether.base._settings import AppSettings, OptionalSeconds, Seconds, help_of
 
 
 @pytest.mark.parametrize(
@@ -45,11 +51,99 @@ def test_durations_accept_timedelta() -> None:
     assert s.max_pending == s.concurrency == 16
 
 
+def test_every_duration_takes_seconds_or_a_timedelta_and_reads_as_seconds() -> None:
+    durations = [
+        f.name
+        for f in dataclasses.fields(WorkerSettings)
+        if isinstance(f.default, (Seconds, OptionalSeconds))
+    ]
+    assert "give_up_after" in durations and "shutdown_grace" in durations
+    given = {name: timedelta(minutes=10 + i) for i, name in enumerate(durations)}
+    given["stall_timeout"] = timedelta(hours=1)
+    s = WorkerSettings(**given)
+    for name in durations:
+        value = getattr(s, name)
+        assert type(value) is float, name
+        assert value == given[name].total_seconds(), name
+    # Replaced, compared, hashed and pickled as the floats they are.
+    assert dataclasses.replace(s, heartbeat_ttl=700.5).heartbeat_ttl == 700.5
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert hash(dataclasses.replace(s)) == hash(s)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.heartbeat_ttl = 3  # type: ignore[misc]
+    app = AppSettings(url="redis://x", socket_timeout=timedelta(seconds=3), pool_timeout=4)
+    assert (app.socket_timeout, app.pool_timeout, app.connect_timeout) == (3.0, 4.0, 5.0)
+
+
+def test_give_up_after_is_unset_or_thirty_seconds_in_burst_mode() -> None:
+    assert WorkerSettings().give_up_after is None
+    assert WorkerSettings(burst=True).give_up_after == 30.0
+    assert WorkerSettings(burst=True, give_up_after=timedelta(seconds=2)).give_up_after == 2.0
+    with pytest.raises(ConfigError, match="give_up_after=0: must be more than zero"):
+        WorkerSettings(give_up_after=0)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"connect_timeout": 5},
+            "WorkerSettings has no setting 'connect_timeout': it is 'give_up_after' now (how "
+            "long the server may stay unreachable",
+        ),
+        (
+            {"heartbeat_tll": 5},
+            "WorkerSettings has no setting 'heartbeat_tll': did you mean heartbeat_ttl?",
+        ),
+        ({"colour": "blue"}, "WorkerSettings has no setting 'colour'"),
+    ],
+)
+def test_a_name_that_is_not_a_setting_is_refused_with_the_right_one(
+    given: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        WorkerSettings(**given)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        dataclasses.replace(WorkerSettings(), **given)
+    old_variable = "TETHER_CONNECT_TIMEOUT is not read: the setting is called TETHER_GIVE_UP_AFTER"
+    with pytest.raises(ConfigError, match=old_variable):
+        WorkerSettings.from_env(environ={"TETHER_CONNECT_TIMEOUT": "5"})
+
+
+@pytest.mark.parametrize("cls", [WorkerSettings, AppSettings])
+def test_the_docstring_lists_each_settings_help_from_its_field(cls: type) -> None:
+    """The help text of a setting is its field's ``metadata["help"]`` (the CLI shows it); the
+    docstring's ``Attributes:`` section, which the API reference renders, is made from it.
+    After changing a help text, paste the section this test prints."""
+    lines = ["Attributes:"]
+    for field in dataclasses.fields(cls):
+        text = help_of(field)
+        assert text, f"{cls.__name__}.{field.name} has no help"
+        lines += textwrap.wrap(
+            f"{field.name}: {text}",
+            width=92,
+            initial_indent="    ",
+            subsequent_indent="        ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    section = "\n".join(lines)
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    assert doc.endswith(section), f"{cls.__name__}'s docstring should end with:\n{section}"
+
+
 def test_settings_from_environment() -> None:
     s = WorkerSettings.from_env(
-        environ={"TETHER_CONCURRENCY": "8", "TETHER_QUEUES": "a,b", "TETHER_BURST": "yes"}
+        environ={
+            "TETHER_CONCURRENCY": "8",
+            "TETHER_QUEUES": "a,b",
+            "TETHER_BURST": "yes",
+            "TETHER_HEARTBEAT_TTL": "12.5",
+            "TETHER_GIVE_UP_AFTER": "7",
+        }
     )
     assert (s.concurrency, s.queues, s.burst) == (8, ("a", "b"), True)
+    assert (s.heartbeat_ttl, s.give_up_after) == (12.5, 7.0)
     with pytest.raises(ConfigError, match="concurrency: the environment value 'many'"):
         WorkerSettings.from_env(environ={"TETHER_CONCURRENCY": "many"})
 

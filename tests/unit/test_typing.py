@@ -21,11 +21,21 @@ ACCEPTED = """
     from tether import Tether
     from tether.scheduler import Schedule
 
+    from tether import WorkerSettings
+
     app = Tether(
         result_ttl=timedelta(hours=1),
         pool_timeout=timedelta(seconds=5),
         stats_window=timedelta(days=1),
+        socket_timeout=timedelta(seconds=5),
+        connect_timeout=timedelta(seconds=1),
+        enqueue_replicas_timeout=timedelta(seconds=2),
     )
+    settings = WorkerSettings(
+        heartbeat_interval=timedelta(seconds=1), heartbeat_ttl=5, give_up_after=timedelta(minutes=1)
+    )
+    ttl: float = settings.heartbeat_ttl  # read as seconds
+    give_up: float | None = settings.give_up_after
 
     @app.task(timeout=timedelta(seconds=30), result_ttl=timedelta(minutes=5))
     async def add(a: int, b: int) -> int:
@@ -51,11 +61,13 @@ ACCEPTED = """
         value: int = await handle.result(timeout=timedelta(seconds=10))
         again: int = await later(1, 2)  # options() keeps the kind of task
         Schedule(name="every-five", task="t", every=timedelta(minutes=5))
-        print(total, product, value, again)
+        print(total, product, value, again, ttl, give_up)
 """
 
 REFUSED = """
-    from tether import Tether
+    from datetime import timedelta
+
+    from tether import Tether, WorkerSettings
 
     app = Tether()
 
@@ -71,6 +83,10 @@ REFUSED = """
         await add(1, "two")
         text: str = await add(1, 2)
         await mul(2, 3)
+
+    WorkerSettings(heartbeat_ttl="10s")
+    WorkerSettings(connect_timeout=5)
+    late: timedelta = WorkerSettings().heartbeat_ttl
 """
 
 
@@ -95,10 +111,13 @@ def test_mypy_accepts_awaiting_an_async_task_and_timedelta_durations_and_refuses
     errors = run_mypy(tmp_path, accepted=ACCEPTED, refused=REFUSED)
     assert not [e for e in errors if "accepted.py" in e], "\n".join(errors)
     refused = [e for e in errors if "refused.py" in e]
-    assert len(refused) == 3, "\n".join(errors)
+    assert len(refused) == 6, "\n".join(errors)
     assert 'Argument 2 to "__call__" of "AsyncTask"' in refused[0]
     assert "Incompatible types in assignment" in refused[1]
     assert 'Incompatible types in "await" (actual type "int"' in refused[2]  # a plain task
+    assert 'Argument "heartbeat_ttl" to "WorkerSettings" has incompatible type "str"' in refused[3]
+    assert 'Unexpected keyword argument "connect_timeout" for "WorkerSettings"' in refused[4]
+    assert 'expression has type "float", variable has type "timedelta"' in refused[5]
 
 
 def test_the_constructor_type_checkers_see_lists_each_field_of_a_schedule() -> None:

@@ -1,5 +1,6 @@
-"""``tether worker``: its options are generated from :class:`WorkerSettings`, so the
-defaults and help texts live in one place, and the process's signals are owned here."""
+"""``tether worker``: its options are generated from the fields of :class:`WorkerSettings`
+(name, type, default and ``metadata["help"]``), so each setting is described in one place,
+and the process's signals are owned here."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import re
 import types
 import typing
 from collections.abc import Callable
@@ -16,30 +16,18 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..base._settings import WorkerSettings
+from ..base._settings import OptionalSeconds, Seconds, WorkerSettings, default_of, help_of
 from ._common import F, connection_options, log_level_option, open_app, setup_logging
 
 # Short forms kept from before the options were generated.
 _SHORT = {"queues": "-q", "concurrency": "-c"}
 
 
-def _field_help(doc: str) -> dict[str, str]:
-    """``name: text`` entries of the docstring's ``Attributes:`` section, joined per field."""
-    helps: dict[str, str] = {}
-    current = None
-    _, _, section = doc.partition("Attributes:")
-    for line in section.splitlines():
-        match = re.match(r"^\s{8}(\w+): (.*)$", line)
-        if match:
-            current = match.group(1)
-            helps[current] = match.group(2).strip()
-        elif current and line.strip():
-            helps[current] += " " + line.strip()
-    return helps
-
-
 def _click_type(hint: Any) -> Any:
-    """The click type of a settings field: its annotation without ``None``."""
+    """The click type of a settings field: its annotation without ``None`` (a duration is
+    seconds on the command line)."""
+    if isinstance(hint, type) and issubclass(hint, (Seconds, OptionalSeconds)):
+        return float
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = args[0]
@@ -49,15 +37,15 @@ def _click_type(hint: Any) -> Any:
 
 
 def settings_options(fn: F) -> F:
-    """One option per field of WorkerSettings, in the dataclass's order."""
+    """One option per field of WorkerSettings, in the dataclass's order, with the field's
+    default and its help (``metadata["help"]``)."""
     hints = typing.get_type_hints(WorkerSettings)
-    helps = _field_help(WorkerSettings.__doc__ or "")
     for field in reversed(dataclasses.fields(WorkerSettings)):
         flag = "--" + field.name.replace("_", "-")
         names = [flag, _SHORT[field.name]] if field.name in _SHORT else [flag]
-        default = field.default
+        default = default_of(field)
         kind = _click_type(hints[field.name])
-        help_text = helps.get(field.name, "")
+        help_text = help_of(field)
         if kind is bool:
             names = [f"{flag}/--no-{flag[2:]}"]
             option = click.option(*names, field.name, default=default, help=help_text)
@@ -72,7 +60,20 @@ def settings_options(fn: F) -> F:
                 help=help_text,
             )
         fn = option(fn)
+    for old, (new, _) in WorkerSettings._renamed.items():
+        fn = _renamed_option(old, new)(fn)
     return fn
+
+
+def _renamed_option(old: str, new: str) -> Callable[[F], F]:
+    """A hidden option under an old name, which fails naming the new one."""
+    flag, new_flag = "--" + old.replace("_", "-"), "--" + new.replace("_", "-")
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: object) -> None:
+        if value is not None:
+            raise click.UsageError(f"{flag} is called {new_flag} now")
+
+    return click.option(flag, hidden=True, expose_value=False, callback=refuse)
 
 
 def explicit_settings(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def worker(
         runner = Worker(app, WorkerSettings(**explicit_settings(ctx, values)))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    # A wrong password, a missing permission or (in burst mode, or past --connect-timeout)
+    # A wrong password, a missing permission or (in burst mode, or past --give-up-after)
     # an unreachable server ends here with one line and exit status 1.
     asyncio.run(run_until_signalled(runner))
 

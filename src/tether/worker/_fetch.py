@@ -140,7 +140,7 @@ class Fetcher:
         ):
             raise ServerError(
                 f"the server has been unavailable for {give_up:g}s ({exc}); a burst worker "
-                "gives up (connect_timeout)"
+                "gives up (give_up_after)"
             ) from None
         delay = self._settings.reconnect_delay(group.failures)
         if group.failures == 1:

@@ -128,7 +128,7 @@ async def connect(
     sleep: Callable[[float], Awaitable[None]],
 ) -> Connected | None:
     """Check the server and create the groups of ``streams``, retrying with backoff on
-    transient faults (up to ``connect_timeout`` when set). A fault no retry can fix stops
+    transient faults (up to ``give_up_after`` when set). A fault no retry can fix stops
     here with one line naming it. None when ``stopping()`` turned true first."""
     streams = list(streams)
     attempt = 0
@@ -154,7 +154,7 @@ async def connect(
             attempt += 1
             if give_up is not None and time.monotonic() - started >= give_up:
                 raise ServerError(
-                    f"{describe_error(exc, where)}; gave up after {give_up:g}s (connect_timeout)"
+                    f"{describe_error(exc, where)}; gave up after {give_up:g}s (give_up_after)"
                 ) from None
             delay = settings.reconnect_delay(attempt)
             log.warning("%s; retrying in %.1fs", describe_error(exc, where), delay)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import multiprocessing
 import os
@@ -12,13 +13,20 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import redis.exceptions
 from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 
 from ...base._errors import ConfigError, ServerError, TetherError
 from ...base._redis import AsyncClient
-from ...base._settings import WorkerSettings, _positive_int, check_name, seconds
+from ...base._settings import (
+    WorkerSettings,
+    _positive_int,
+    check_name,
+    refuse_unknown,
+    seconds,
+)
 from ...dead import DeadLetters
 from ...producer import enqueue_error, execute, plain_steps, scripted_steps
 from ...producer._core import Core
@@ -35,10 +43,67 @@ DUPLICATES_KEPT = 1000
 """Refused duplicates remembered until the middleware's post_send reads them."""
 
 
+_BROKERS_OWN = {
+    "queues": "the broker serves one queue: give queue=",
+    "concurrency": "taskiq runs the tasks (--max-async-tasks): give max_pending=",
+    "max_pending": "give the broker's max_pending=",
+    "name": "give the broker's name=",
+    "shutdown_grace": "taskiq's receiver finishes or cancels running tasks at shutdown; the "
+    "broker hands the rest back at once",
+    "scheduler": "a taskiq worker runs no Tether scheduler (taskiq has its own)",
+    "metrics_port": "a taskiq worker serves no Tether metrics (tether exporter does)",
+    "metrics_bind": "a taskiq worker serves no Tether metrics (tether exporter does)",
+}
+"""WorkerSettings fields the broker sets itself, and why an override of one is refused."""
+
+
+def worker_settings(
+    settings: WorkerSettings | None,
+    overrides: dict[str, Any],
+    *,
+    queue: str,
+    max_pending: int,
+    name: str | None,
+) -> WorkerSettings:
+    """``settings`` (or the defaults) with ``overrides`` applied and the broker's own fields
+    set; a bad or unknown override raises ConfigError naming it."""
+    if settings is not None and not isinstance(settings, WorkerSettings):
+        raise ConfigError(
+            f"settings={settings!r}: expected a tether.WorkerSettings (or its fields as keywords)"
+        )
+    for key in overrides:
+        if key in _BROKERS_OWN:
+            raise ConfigError(f"TetherBroker sets {key} itself: {_BROKERS_OWN[key]}")
+    own = set(inspect.signature(TetherBroker).parameters) - {"overrides"}
+    refuse_unknown(WorkerSettings, overrides, where="TetherBroker", also=own)
+    return replace(
+        WorkerSettings() if settings is None else settings,
+        **overrides,
+        queues=(queue,),
+        concurrency=max_pending,
+        max_pending=max_pending,
+        name=name,
+        shutdown_grace=0.0,
+        scheduler=False,
+    )
+
+
 class TetherBroker(AsyncBroker):
     """A taskiq broker with Tether's delivery promises: leases renewed by a thread, lock-free
     reclaim on a timer, fenced acks, a bound on what a worker holds, handoff at shutdown,
     quarantine of tasks that kill their workers, dead letters.
+
+    The worker side runs on :class:`~tether.WorkerSettings`: give ``settings`` (a
+    ``WorkerSettings``, for example one shared with ``tether worker`` processes), any of its
+    fields as keywords (``heartbeat_ttl=30``, ``give_up_after=timedelta(minutes=1)``, applied
+    over ``settings``), or both. They mean what they mean for a Tether worker, and a bad or
+    unknown one raises :class:`~tether.ConfigError` when the broker is made. A few are the
+    broker's own, replaced in ``settings`` and refused as keywords: it serves
+    ``queues=(queue,)`` with ``concurrency`` and ``max_pending`` set to ``max_pending``
+    (taskiq runs the tasks, up to its ``--max-async-tasks``), names its consumers from
+    ``name``, hands what it holds back at once at shutdown (``shutdown_grace=0``: taskiq's
+    receiver finishes or cancels running tasks) and runs no Tether scheduler or metrics
+    server.
 
     Args:
         url: ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://`` or
@@ -46,31 +111,27 @@ class TetherBroker(AsyncBroker):
         queue: the Tether queue the messages go to (its own streams, delayed set and
             dead-letter stream).
         namespace: prefix of every key; default ``TETHER_NAMESPACE``, else ``tether``.
+        settings: the worker settings; default ``WorkerSettings()``.
         max_pending: messages a worker process holds delivered and not yet acknowledged,
             across the queue's three priority streams: set it to taskiq's
             ``--max-async-tasks`` (plus ``--max-prefetch``).
         name: a stable consumer name (the pod name); each taskiq worker process adds its
             index (``pod-a-0``), so a process that taskiq restarts resumes its entries at
             once. Default: host-pid-random.
-        heartbeat_interval: the lease renewal period.
-        heartbeat_ttl: the lease expiry.
-        reclaim_interval: how often maintenance (reclaim, delayed messages) runs.
-        stall_timeout: the heartbeat stops when the event loop has not ticked this long.
-        max_deliveries: an entry started this many times without an outcome (its workers
-            died) goes to the dead-letter stream instead of running again.
         dead_letter_failures: a task that raised and was not retried by taskiq goes to the
             dead-letter stream (status ``failed``), where ``tether dead retry`` can run it
             again.
-        connect_timeout: give up when the server cannot be reached for this long at start;
-            default: keep trying.
         ack_linger: taskiq acknowledges each message on its own; an ack waits up to this
             long for others (at most half of ``max_pending``), so they share one fenced
             settle call and the capacity they free is fetched again in one read. 0 sends
             each ack at once (one settle and one fetch per message).
-
-    The rest (``reclaim_page_size``, ``housekeeping_interval``, ``reconnect_max_delay``,
-    ``result_ttl``, ``dead_letter_maxlen``, ``socket_timeout``) mean what they mean for a
-    Tether worker and app.
+        result_ttl: how long outcome records are kept.
+        dead_letter_maxlen: the approximate cap of the queue's dead-letter stream.
+        socket_timeout: how long one command may wait for the server before it fails.
+        **overrides: fields of :class:`~tether.WorkerSettings` (``heartbeat_interval``,
+            ``heartbeat_ttl``, ``reclaim_interval``, ``stall_timeout``, ``max_deliveries``,
+            ``give_up_after``, ``reclaim_page_size``, ``housekeeping_interval``,
+            ``reconnect_max_delay``, ``health_file``, ...), applied over ``settings``.
     """
 
     def __init__(
@@ -79,22 +140,15 @@ class TetherBroker(AsyncBroker):
         *,
         queue: str = "taskiq",
         namespace: str | None = None,
+        settings: WorkerSettings | None = None,
         max_pending: int = 100,
         name: str | None = None,
-        heartbeat_interval: float | timedelta = 2.0,
-        heartbeat_ttl: float | timedelta = 10.0,
-        reclaim_interval: float | timedelta = 1.0,
-        stall_timeout: float | timedelta = 120.0,
-        max_deliveries: int = 3,
         dead_letter_failures: bool = True,
-        connect_timeout: float | timedelta | None = None,
-        reclaim_page_size: int = 100,
-        housekeeping_interval: float | timedelta = 60.0,
-        reconnect_max_delay: float | timedelta = 5.0,
+        ack_linger: float | timedelta = 0.005,
         result_ttl: float | timedelta = 3600.0,
         dead_letter_maxlen: int = 10_000,
-        socket_timeout: float = 10.0,
-        ack_linger: float | timedelta = 0.005,
+        socket_timeout: float | timedelta = 10.0,
+        **overrides: Any,
     ) -> None:
         super().__init__()
         self.core = Core(
@@ -110,22 +164,8 @@ class TetherBroker(AsyncBroker):
         _positive_int("max_pending", max_pending)
         self._name = name
         # Validated now, so a bad setting fails when the module is imported.
-        self._settings = WorkerSettings(
-            queues=(queue,),
-            concurrency=max_pending,
-            max_pending=max_pending,
-            name=name,
-            heartbeat_interval=heartbeat_interval,  # type: ignore[arg-type]
-            heartbeat_ttl=heartbeat_ttl,  # type: ignore[arg-type]
-            reclaim_interval=reclaim_interval,  # type: ignore[arg-type]
-            stall_timeout=stall_timeout,  # type: ignore[arg-type]
-            max_deliveries=max_deliveries,
-            shutdown_grace=0.0,
-            reclaim_page_size=reclaim_page_size,
-            housekeeping_interval=housekeeping_interval,  # type: ignore[arg-type]
-            reconnect_max_delay=reconnect_max_delay,  # type: ignore[arg-type]
-            scheduler=False,
-            connect_timeout=connect_timeout,  # type: ignore[arg-type]
+        self._settings = worker_settings(
+            settings, overrides, queue=queue, max_pending=max_pending, name=name
         )
         self._dead_letter_failures = bool(dead_letter_failures)
         self._ack_linger = seconds(ack_linger, "ack_linger", allow_zero=True)
