@@ -192,7 +192,35 @@ def test_bad_options_are_reported_by_django_checks(django_site: None) -> None:
     assert any("TASKS['broken']: url='nope'" in m for m in messages), messages
     assert any("'no spaces' is not a valid name" in m for m in messages), messages
     unknown = TetherBackend("typo", {"OPTIONS": {"URLL": "redis://x"}})
-    assert "unknown OPTIONS URLL" in next(iter(unknown.check())).msg
+    assert "unknown OPTIONS URLL (did you mean URL?)" in next(iter(unknown.check())).msg
+
+
+def test_options_are_the_apps_settings_and_a_worker_setting_is_named(django_site: None) -> None:
+    """OPTIONS are the fields of the app's settings, checked by them (a duration takes a
+    timedelta); a worker setting there is refused with the worker option to use instead."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from tether.contrib.django import TetherBackend
+
+    backend = TetherBackend(
+        "timed", {"OPTIONS": {"URL": "redis://x", "SOCKET_TIMEOUT": timedelta(seconds=3),
+                              "connect_timeout": 2}},
+    )  # fmt: skip
+    assert backend.tether.settings.socket_timeout == 3.0
+    assert backend.tether.settings.connect_timeout == 2.0
+    for options, message in [
+        ({"URL": "redis://x", "GIVE_UP_AFTER": 5},
+         "TASKS['bad']: unknown OPTIONS GIVE_UP_AFTER (a worker setting, not the app's: give it "
+         "to the worker, tether worker tether.contrib.django --give-up-after ...)"),
+        ({"CONCURRENCY": 5, "NAMESPAC": "shop"},
+         "TASKS['bad']: unknown OPTIONS CONCURRENCY (a worker setting, not the app's: give it to "
+         "the worker, tether worker tether.contrib.django --concurrency ...), NAMESPAC (did you "
+         "mean NAMESPACE?) (known: APP, CONNECT_TIMEOUT, DEAD_LETTER_MAXLEN,"),
+        ({"URL": "redis://x", "POOL_TIMEOUT": -1}, "TASKS['bad']: pool_timeout=-1: must be more"),
+    ]:  # fmt: skip
+        with pytest.raises(ImproperlyConfigured) as info:
+            TetherBackend("bad", {"OPTIONS": options}).tether  # noqa: B018 - builds the app
+        assert str(info.value).startswith(message), str(info.value)
 
 
 @pytest.fixture

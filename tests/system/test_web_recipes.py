@@ -22,7 +22,7 @@ import redis
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI, Request
 
-from tether import ConfigError
+from tether import ConfigError, WorkerSettings
 from tether.base._embedded import free_port
 from tether.contrib.fastapi import TetherApp, lifespan
 
@@ -172,7 +172,7 @@ async def test_fastapi_through_an_asgi_client(url: str, namespace: str) -> None:
         yield {"warm": started[0]}
 
     app.configure(url=url, namespace=namespace)
-    settings = {"queues": ("default", "emails"), **FAST}
+    settings = WorkerSettings(queues=("default", "emails"), **FAST)  # or a dict of its fields
     api = routes(FastAPI(lifespan=lifespan(app, worker=settings, then=own_lifespan)))
 
     @api.get("/warm")

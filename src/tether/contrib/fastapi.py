@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any
@@ -42,11 +43,19 @@ READY_TIMEOUT = 30.0
 
 
 @contextlib.asynccontextmanager
-async def running_worker(app: Tether, **settings: Any) -> AsyncIterator[Worker]:
+async def running_worker(
+    app: Tether, settings: WorkerSettings | None = None, **overrides: Any
+) -> AsyncIterator[Worker]:
     """A worker on the running event loop for the duration of the block, stopped gracefully
-    at its end (running tasks get ``shutdown_grace``). A worker that cannot start raises
-    here, so the server fails at start-up instead of serving without one."""
-    worker = Worker(app, WorkerSettings(**settings), handle_signals=False)
+    at its end (running tasks get ``shutdown_grace``). It runs on ``settings`` (by default
+    ``WorkerSettings()``) with ``overrides``, fields of :class:`~tether.WorkerSettings`,
+    applied. A worker that cannot start raises here, so the server fails at start-up instead
+    of serving without one."""
+    if settings is None:
+        settings = WorkerSettings(**overrides)
+    elif overrides:
+        settings = dataclasses.replace(settings, **overrides)
+    worker = Worker(app, settings, handle_signals=False)
     task = asyncio.create_task(worker.run(), name="tether-worker")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + READY_TIMEOUT
@@ -69,12 +78,12 @@ async def running_worker(app: Tether, **settings: Any) -> AsyncIterator[Worker]:
 def lifespan(
     app: Tether,
     *,
-    worker: bool | Mapping[str, Any] = False,
+    worker: bool | WorkerSettings | Mapping[str, Any] = False,
     then: Callable[[Any], contextlib.AbstractAsyncContextManager[Any]] | None = None,
 ) -> Callable[[Any], contextlib.AbstractAsyncContextManager[dict[str, Any]]]:
     """A lifespan for ``FastAPI(lifespan=...)``: ``async with app`` while the server runs,
     the app in the lifespan state for :func:`get_tether`, and with ``worker=True`` (or a
-    dict of :class:`~tether.WorkerSettings` fields) a worker in the same process.
+    :class:`~tether.WorkerSettings`, or a dict of its fields) a worker in the same process.
 
     ``then`` is the application's own lifespan, entered inside Tether's, so its start-up
     code may enqueue; a dict it yields is merged into the state."""
@@ -83,9 +92,11 @@ def lifespan(
     async def run(api: Any) -> AsyncIterator[dict[str, Any]]:
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(app)
-            if worker:
-                settings = dict(worker) if isinstance(worker, Mapping) else {}
-                await stack.enter_async_context(running_worker(app, **settings))
+            if isinstance(worker, WorkerSettings):
+                await stack.enter_async_context(running_worker(app, worker))
+            elif worker:
+                overrides = dict(worker) if isinstance(worker, Mapping) else {}
+                await stack.enter_async_context(running_worker(app, **overrides))
             state: dict[str, Any] = {STATE_KEY: app}
             if then is not None:
                 extra = await stack.enter_async_context(then(api))

@@ -12,6 +12,7 @@ import builtins
 import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,7 +25,7 @@ from django.utils.module_loading import import_string
 from tether import ConfigError, TaskNotFound, TaskStatus, Tether
 from tether import Task as TetherTask
 from tether.base._config import TaskConfig
-from tether.base._settings import check_name
+from tether.base._settings import AppSettings, WorkerSettings, check_name, closest
 from tether.protocol._codecs import locate, parse_scheduled
 from tether.protocol._envelope import BadEnvelope, Envelope
 from tether.protocol._keys import entry_of_task_id, queue_of_task_id
@@ -40,23 +41,9 @@ from ._compat import (
     task_enqueued,
 )
 
-_APP_OPTIONS = frozenset(
-    {
-        "url",
-        "namespace",
-        "result_ttl",
-        "dead_letter_maxlen",
-        "socket_timeout",
-        "connect_timeout",
-        "max_connections",
-        "pool_timeout",
-        "enqueue_replicas",
-        "enqueue_replicas_timeout",
-        "stats",
-        "stats_window",
-    }
-)
-"""The ``Tether(...)`` keywords a backend's ``OPTIONS`` may set (in any case)."""
+_APP_OPTIONS = frozenset(f.name for f in fields(AppSettings))
+"""The ``Tether(...)`` keywords a backend's ``OPTIONS`` may set (in any case): the fields of
+the app's settings."""
 
 _apps: dict[tuple[str, str], Tether] = {}
 _apps_lock = threading.Lock()
@@ -130,9 +117,11 @@ class TetherBackend(BaseTaskBackend):
     """``TASKS = {"default": {"BACKEND": "tether.contrib.django.TetherBackend", ...}}``.
 
     ``OPTIONS`` take either ``"APP": "module:attribute"`` (a Tether app of the project, with
-    its serializer and middleware) or the keywords of ``Tether(...)``: ``"URL"``,
-    ``"NAMESPACE"``, ``"RESULT_TTL"``, ... (``TETHER_URL`` and ``TETHER_NAMESPACE`` fill in
-    what is left out). ``QUEUES`` lists the queue names tasks may use, as for any backend.
+    its serializer and middleware) or the keywords of ``Tether(...)``, the app's settings, in
+    any case: ``"URL"``, ``"NAMESPACE"``, ``"RESULT_TTL"``, ... (``TETHER_URL`` and
+    ``TETHER_NAMESPACE`` fill in what is left out). An unknown option is refused by name (a
+    worker setting with the ``tether worker`` option that sets it). ``QUEUES`` lists the
+    queue names tasks may use, as for any backend.
     """
 
     supports_defer = True
@@ -187,9 +176,10 @@ class TetherBackend(BaseTaskBackend):
             return app
         unknown = sorted(set(options) - _APP_OPTIONS)
         if unknown:
+            known = sorted(k.upper() for k in {"app", *_APP_OPTIONS})
             raise ImproperlyConfigured(
-                f"TASKS[{self.alias!r}]: unknown OPTIONS {', '.join(k.upper() for k in unknown)}"
-                f" (known: APP, {', '.join(sorted(k.upper() for k in _APP_OPTIONS))})"
+                f"TASKS[{self.alias!r}]: unknown OPTIONS {', '.join(map(_unknown, unknown))} "
+                f"(known: {', '.join(known)})"
             )
         try:
             return Tether(**options)
@@ -290,6 +280,19 @@ class TetherBackend(BaseTaskBackend):
 
     async def aget_result(self, result_id: str) -> TaskResult[Any]:
         return await sync_to_async(self.get_result, thread_sensitive=False)(result_id)
+
+
+def _unknown(key: str) -> str:
+    """An unknown OPTIONS key, with what it may have meant: a worker setting belongs to
+    ``tether worker``; another name may be a misspelt option."""
+    if key in {f.name for f in fields(WorkerSettings)}:
+        flag = "--" + key.replace("_", "-")
+        return (
+            f"{key.upper()} (a worker setting, not the app's: give it to the worker, "
+            f"tether worker tether.contrib.django {flag} ...)"
+        )
+    near = closest(key, {"app", *_APP_OPTIONS})
+    return f"{key.upper()} (did you mean {near.upper()}?)" if near else key.upper()
 
 
 def _read(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelope | None]:
