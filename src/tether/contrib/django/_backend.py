@@ -26,7 +26,7 @@ from tether import ConfigError, TaskNotFound, TaskStatus, Tether
 from tether import Task as TetherTask
 from tether.base._config import TaskConfig
 from tether.base._settings import AppSettings, WorkerSettings, check_name, closest
-from tether.protocol._codecs import locate, parse_scheduled
+from tether.protocol._codecs import locate, parse_scheduled, payload_of
 from tether.protocol._envelope import BadEnvelope, Envelope
 from tether.protocol._keys import entry_of_task_id, queue_of_task_id
 
@@ -314,9 +314,7 @@ def _read(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelope | 
         located = locate(task_id, where)
         if located is not None:
             sidx, entry = located
-            rows = client.xrange(keys.streams[sidx - 1], entry, entry)
-            if rows:
-                payload = rows[0][1].get(b"m")
+            payload = payload_of(client.xrange(keys.streams[sidx - 1], entry, entry))
     env = None
     if payload is not None:
         try:
