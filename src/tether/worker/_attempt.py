@@ -153,7 +153,11 @@ async def run_attempt(
     started = time.monotonic()
     try:
         if run_scopes is None:
-            value = await call(task, env, timeout, call_sync)
+            if task.is_async and timeout is None:  # the common case: one frame less
+                assert task.fn is not None
+                value = await task.fn(*env.args, **env.kwargs)
+            else:
+                value = await call(task, env, timeout, call_sync)
         else:
             with run_scopes:
                 value = await call(task, env, timeout, call_sync)

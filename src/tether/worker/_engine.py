@@ -161,6 +161,7 @@ class Engine:
         self.ledger = ledger
         self.counters = counters
         self.options = options
+        self._delivery = options.delivery
         self.queues = [QueueState(core.keys(q)) for q in settings.queues]
         self.where = core.target.redacted
         self.crash: BaseException | None = None
@@ -427,9 +428,7 @@ class Engine:
         deliveries: int,
         suspect: bool,
     ) -> None:
-        delivery = self.options.delivery(
-            queue, sidx, entry_id, payload, deliveries, suspect, not suspect
-        )
+        delivery = self._delivery(queue, sidx, entry_id, payload, deliveries, suspect, not suspect)
         delivery.epoch = self.counters.groups_recreated
         if not self.ledger.accept(delivery):
             return  # already held here (a resync raced a fetch): keep one
