@@ -125,7 +125,9 @@ class Runner:
 
     def _free_slot(self, delivery: Delivery) -> None:
         self.busy -= 1
-        self.waiting.ended(delivery)
+        waiting = self.waiting
+        if waiting.alone is delivery:  # Waiting.ended, inline: this runs once per task
+            waiting.alone = None
         self.schedule()
         if self.busy == 0:
             self._idle.set()
@@ -270,7 +272,8 @@ class Runner:
             )
             return outcome, free_slot
         self.counters.succeeded += 1
-        await attempt.after_success(app, ctx, ran.value)
+        if app.middleware:
+            await attempt.after_success(app, ctx, ran.value)
         return outcome, free_slot
 
     async def _resolve(
