@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tether import Tether
+from tether import Tether, current_task
 
 app = Tether()
 
@@ -20,8 +20,14 @@ async def work(n: int) -> int:
 
 @app.task
 async def linger(seconds: float) -> str:
+    # Says when it runs (a fetched entry may still wait to start), in a key of its queue's.
+    await app.client.set(started_key(current_task().task_id), 1, px=60_000)
     await asyncio.sleep(seconds)
     return "done"
+
+
+def started_key(task_id: str) -> str:
+    return f"{app.keys('default').tag}:started:{task_id}"
 
 
 @app.task(

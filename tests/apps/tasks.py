@@ -46,6 +46,14 @@ async def record(tag: str) -> str:
 
 
 @app.task
+async def fan_out(tag: str, children: int) -> list[str]:
+    """Enqueues ``children`` tasks through the app and waits for their results, as a task
+    that starts others does."""
+    handles = await record.enqueue_many([(f"{tag}.{i}",) for i in range(children)])
+    return [await h.result(timeout=20) for h in handles]
+
+
+@app.task
 async def headers(tag: str) -> dict[str, str]:
     """Returns the headers the producer's middleware sent with the task."""
     await _note(runs_key(), tag)

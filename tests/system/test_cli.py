@@ -99,6 +99,26 @@ def test_worker_process_logs_its_limits_and_stops_on_sigterm(
     assert rds.exists(proc.lease_key()) == 0
 
 
+def test_a_task_run_by_tether_worker_enqueues_tasks_through_the_app(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """Under ``tether worker`` nothing opened the app, so a task that enqueued another failed
+    with NotOpen ("the Tether app is not open")."""
+    proc = WorkerProcess(url, namespace, "w-fan", log_dir=tmp_path)
+    workers.append(proc)
+    proc.wait_ready(rds)
+    from tests.apps import tasks
+
+    tasks.app.configure(url=url, namespace=namespace)
+    try:
+        handle = tasks.fan_out.enqueue_sync("fan", 3)
+        assert handle.result_sync(timeout=30) == ["fan.0", "fan.1", "fan.2"]
+    finally:
+        tasks.app.close_sync()
+    runs = sorted(line.split(b"|")[0] for line in rds.lrange(f"{namespace}:runs", 0, -1))
+    assert runs == [b"fan.0", b"fan.1", b"fan.2"]
+
+
 def run_demo(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
     """`tether demo` in its own process: on an embedded server, or on ``url``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

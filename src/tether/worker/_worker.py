@@ -15,10 +15,12 @@ handles signals itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import signal
 import threading
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ..base._errors import ConfigError, TetherError
@@ -117,18 +119,8 @@ class Worker:
             log.info("worker %s serves its metrics at %s", self.name, metrics.url)
         installed = self._install_signals(loop)
         try:
-            engine = self._engine = self._build_engine()
-            try:
-                if self._stopping:
-                    engine.stop()
-                server = await engine.start()
-                if server is not None:
-                    self._log_start(server)
-                    await self._serve(engine)
-            finally:
-                await engine.close()
-            if engine.crash is not None:
-                raise engine.crash
+            async with self._app_open():
+                await self._run_engine()
         finally:
             if metrics is not None:  # its threads are joined whatever happened
                 await asyncio.to_thread(metrics.stop)
@@ -138,6 +130,34 @@ class Worker:
                 # there (asyncio.run's own SIGINT handler, for one).
                 if previous is not None:
                     signal.signal(sig, previous)
+
+    async def _run_engine(self) -> None:
+        engine = self._engine = self._build_engine()
+        try:
+            if self._stopping:
+                engine.stop()
+            server = await engine.start()
+            if server is not None:
+                self._log_start(server)
+                await self._serve(engine)
+        finally:
+            await engine.close()
+        if engine.crash is not None:
+            raise engine.crash
+
+    @contextlib.asynccontextmanager
+    async def _app_open(self) -> AsyncIterator[None]:
+        """The app open while the worker runs: tasks enqueue through it (a task that
+        enqueues another), and under ``tether worker`` nothing else opens it. Opening is
+        lazy: no connection is made here."""
+        opened_here = not self.app.is_open
+        if opened_here:
+            await self.app.open()
+        try:
+            yield
+        finally:
+            if opened_here:
+                await self.app.close()
 
     # -- start --------------------------------------------------------------------------
 
