@@ -133,8 +133,10 @@ def test_three_master_failovers_with_settles_in_flight_stop_no_worker(
                 assert w.alive(), w.log()
             for bad in ("crashed in", "handing off and stopping", "Traceback", "stops:"):
                 assert bad not in logs, logs
-            # Runs twice only for acknowledgements a failover lost: a handful per failover.
-            assert len(twice) <= FAILOVERS * 32, twice
+            # Runs twice only for acknowledgements a failover lost (settled on the old master,
+            # not yet replicated when it died): at most what the workers held then, their
+            # max_pending each per failover. Typically 10-40 a failover; 36 under CI's load.
+            assert len(twice) <= FAILOVERS * len(fleet) * 32, twice
             client.close()
     finally:
         record.close()
