@@ -175,6 +175,7 @@ class Engine:
         self._reclaim_after = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._fetch_tasks: list[asyncio.Task[None]] = []
+        self._settler_task: asyncio.Task[None] | None = None
         self._closed = False
         self._fetching_stopped = False
         settings_of = core.settings
@@ -208,6 +209,8 @@ class Engine:
             if options.flow_control
             else None
         )
+        self._release_slots = self.flow.release if self.flow is not None else None
+        """Handed-off entries give their flow-control slots back too."""
         self.settler = Settler(
             client=self.client,
             ledger=ledger,
@@ -327,7 +330,7 @@ class Engine:
             self._reclaim_after = time.monotonic() + self.settings.outage_grace
         if not await self._take_lease():
             return None
-        self._spawn(self.settler.run(), "tether-settler")
+        self._settler_task = self._spawn(self.settler.run(), "tether-settler")
         self._spawn(self._tick(), "tether-ticker")
         for group in self._read_groups():
             self._fetch_tasks.append(
@@ -473,10 +476,10 @@ class Engine:
         if self._fetching_stopped:
             return
         self._fetching_stopped = True
-        release = self.flow.release if self.flow is not None else None
         if self.flow is not None:
             self.flow.close()
-        await self.maintenance.hand_off(self.executor.take_buffered(), "buffered", release)
+        buffered = self.executor.take_buffered()
+        await self.maintenance.hand_off(buffered, "buffered", self._release_slots)
         loops = [t for t in self._fetch_tasks if not t.done()]
         if loops and self.options.patient_fetch_stop:
             await asyncio.wait(loops, timeout=self.settings.reclaim_interval * 1.5 + 1)
@@ -485,27 +488,24 @@ class Engine:
         if loops:
             await asyncio.wait(loops)
         late, self.ledger.late = self.ledger.late, []
-        await self.maintenance.hand_off(late, "fetched while stopping", release)
+        await self.maintenance.hand_off(late, "fetched while stopping", self._release_slots)
 
     async def shutdown(self, grace: float, abort: asyncio.Event | None = None) -> None:
         """The whole hand-off: stop fetching, wait up to ``grace`` for what runs (less when
         ``abort`` is set), hand off what still runs, settle, hand off what is left."""
-        if self.settler_stopped():  # keep settling during the shutdown, whatever happened
-            self._spawn(self.settler.run(), "tether-settler")
+        if self._settler_task is None or self._settler_task.done():
+            # Keep settling during the shutdown, whatever happened to the settler.
+            self._settler_task = self._spawn(self.settler.run(), "tether-settler")
         await self.stop_fetching()
-        release = self.flow.release if self.flow is not None else None
         executor = self.executor
         if executor.busy and not await self._wait_idle(grace, abort):
             stuck = executor.cancel_running()
             await asyncio.sleep(0)
             await self.maintenance.hand_off(
-                stuck, "still running when the shutdown grace ended", release
+                stuck, "still running when the shutdown grace ended", self._release_slots
             )
         await self.settler.drain(timeout=max(5.0, self.settings.heartbeat_ttl))
-        await self.maintenance.hand_off_leftovers(self.queues, release)
-
-    def settler_stopped(self) -> bool:
-        return not any(t.get_name() == "tether-settler" and not t.done() for t in self._tasks)
+        await self.maintenance.hand_off_leftovers(self.queues, self._release_slots)
 
     async def _wait_idle(self, grace: float, abort: asyncio.Event | None) -> bool:
         if abort is not None and abort.is_set():
@@ -533,7 +533,7 @@ class Engine:
         self.stop()
         self.settler.close()
         for task in self._tasks:
-            if task.get_name() != "tether-settler":
+            if task is not self._settler_task:  # it ends on its own once drained
                 task.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
