@@ -115,6 +115,28 @@ async def test_every_endpoint_without_a_token_answers_401(web: FastAPI, base: st
         assert page.headers["location"] == "/login?next=%2Fapi%2Fqueues"
 
 
+async def test_a_wrong_bearer_token_is_told_apart_from_none(base: str) -> None:
+    """RFC 6750: no credentials get a bare challenge; a wrong token gets invalid_token, in
+    the body and in WWW-Authenticate, so a script knows to fix its token, not to add one.
+    A wrong token is answered so even where a browser without one is sent to the login."""
+    async with httpx.AsyncClient(base_url=base, timeout=20) as anonymous:
+        missing = await anonymous.get("/api/queues")
+        assert missing.status_code == 401
+        assert missing.json() == {"detail": "authentication required: send the token as "
+                                  "'Authorization: Bearer <token>' or log in at /login"}
+        assert missing.headers["www-authenticate"] == 'Bearer realm="tether"'
+        for accept in ("application/json", "text/html"):
+            wrong = await anonymous.get("/api/queues", headers={
+                "Authorization": "Bearer " + "x" * len(TOKEN), "Accept": accept})  # fmt: skip
+            assert wrong.status_code == 401, accept
+            assert wrong.json() == {
+                "detail": "the bearer token is wrong: check the token the server was started "
+                "with",
+                "error": "invalid_token",
+            }
+            assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+
+
 async def test_read_only_answers_403_to_every_write(server_app: ops.Ops) -> None:
     standalone = create_app(server_app.app, token=TOKEN, read_only=True)
     mounted = FastAPI()

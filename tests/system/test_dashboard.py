@@ -472,6 +472,20 @@ def test_the_queue_page_cancels_retries_purges_runs_now_and_pauses(site: Site, t
     assert not site.paused()
 
 
+def test_retry_on_a_dead_letters_own_page_goes_to_the_retried_task(site: Site, tab: Tab) -> None:
+    broken = site.do(site.dash.fragile.enqueue_sync, f"{site.namespace}:own-page-runs")
+    site.drain()
+    entry = site.rds.xrange(site.dash.app.keys("default").dead, count=1)[0][0].decode()
+    page = tab.go(f"/queues/default/dead/{entry}")
+    page.get_by_role("button", name="Retry", exact=True).click()
+    # The letter left the stream with the retry: its page would be a 404 now.
+    page.wait_for_url(re.compile(r"/task\?id="))
+    assert page.url == f"{site.base}/task?id={quote(broken.id, safe='')}"
+    expect(tab.flash()).to_contain_text(f"Dead letter {entry} retried: queued as {broken.id}")
+    expect(page.locator("[data-field=status]")).to_have_text("queued")
+    assert site.dead_count() == 0
+
+
 NEVER = "\u2013"
 """What a page shows for a time or an outcome that does not exist (an en dash)."""
 

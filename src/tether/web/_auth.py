@@ -282,6 +282,14 @@ class AuthMiddleware:
             # Only a Bearer header is a guess: a proxy's Basic credentials are not ours.
             self.throttle.refusal(address, "in an Authorization header")
         method = scope["method"]
+        if bearer and principal is None:
+            # A token was sent and is wrong: say so (RFC 6750's invalid_token), so a script
+            # with a stale or mistyped token is not told to send the token it did send.
+            await _send(send, 401, {"detail": "the bearer token is wrong: check the token "
+                        "the server was started with", "error": "invalid_token"},
+                        [(b"www-authenticate", b'Bearer realm="tether", error="invalid_token", '
+                          b'error_description="the token is wrong"')])  # fmt: skip
+            return
         if principal is None:
             accept = _header(scope, b"accept") or ""
             if method in ("GET", "HEAD") and "text/html" in accept:

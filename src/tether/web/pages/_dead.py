@@ -18,7 +18,7 @@ from .._guard import audit
 from .._models import LISTED_PAYLOAD, DeadLetterOut
 from .._params import Cursor, EntryId, QueueName, writer
 from ._queue import PER_PAGE, Limit, header
-from ._render import back, form_value, form_values, page, render, route_class
+from ._render import back, form_value, form_values, link, page, render, route_class
 
 BULK_SECONDS = 20.0
 """How long one press of "retry all" or "purge all" may work before it reports."""
@@ -94,6 +94,10 @@ def _writes_one(ctx: WebContext, pages: APIRouter) -> None:
         except (TetherError, LookupError) as exc:
             return back(request, target, f"Could not retry {entry_id}: {exc}", ok=False)
         audit(who, "dead.retry", queue=queue, ids=[entry_id], task_ids=[handle.id])
+        if target and target.startswith(f"/queues/{queue}/dead/{entry_id}"):
+            # The retry took the letter out of the stream: its own page is gone. The task
+            # it queued again is where the operator follows it.
+            target = link("", "/task", id=handle.id)
         return back(request, target, f"Dead letter {entry_id} retried: queued as {handle.id}.")
 
     @page(pages, "/queues/{queue}/dead/{entry_id}/purge", methods=("POST",))
