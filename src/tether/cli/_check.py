@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import open_app, run
-from ._dead import app_option, describe_where
+from ._app_argument import APP_HELP, app_argument
+from ._common import connection_options, open_app, run
+from ._dead import describe_where
 
 if TYPE_CHECKING:
     from .._app import Tether
 
 
-@click.command()
+@click.command(epilog=APP_HELP)
+@app_argument()
 @click.option("--name", required=True, help="The worker's name (its --name, e.g. the pod name).")
 @click.option(
     "-q",
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     help="Queues it serves, comma-separated; default: those its registry record names, "
     "else 'default'.",
 )
-@app_option
+@connection_options
 def check(
     name: str,
     queues: str | None,

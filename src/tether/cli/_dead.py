@@ -13,6 +13,7 @@ import click
 from click.core import ParameterSource
 from rich.table import Table
 
+from ._app_argument import APP_HELP, app_argument
 from ._common import F, connection_options, console, open_app, run
 
 if TYPE_CHECKING:
@@ -31,18 +32,6 @@ def queue_options(fn: F) -> F:
         default="default",
         show_default=True,
         help="The queue (a task id names its own).",
-    )(fn)
-    return app_option(fn)
-
-
-def app_option(fn: F) -> F:
-    fn = click.option(
-        "--app",
-        "app_spec",
-        default=None,
-        metavar="APP",
-        help="module:attribute of your app: its URL, namespace and serializer are used "
-        "(--url and --namespace win over them).",
     )(fn)
     return connection_options(fn)
 
@@ -68,7 +57,8 @@ def dead() -> None:
     """List, show, retry and purge a queue's dead-letter stream."""
 
 
-@dead.command("list")
+@dead.command("list", epilog=APP_HELP)
+@app_argument()
 @queue_options
 @click.option("-n", "--count", default=50, show_default=True, help="Entries to show, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
@@ -130,9 +120,10 @@ def _queue_of(ctx: click.Context, queue: str, refs: tuple[str, ...]) -> str:
     return named.pop()
 
 
-@dead.command("show")
+@dead.command("show", epilog=APP_HELP)
+@app_argument(then="ref", then_metavar="ENTRY_OR_TASK_ID")
 @queue_options
-@click.argument("ref", metavar="ENTRY_OR_TASK_ID")
+@click.argument("ref", metavar="ENTRY_OR_TASK_ID", required=False)
 @click.option("--full", is_flag=True, help=f"Print the whole payload (else {SHOWN_PAYLOAD} chars).")
 @click.option("--json", "as_json", is_flag=True, help="Print the entry as one JSON document.")
 @click.pass_context
@@ -189,7 +180,8 @@ def _print_letter(letter: DeadLetter, shown: dict[str, Any]) -> None:
     click.echo(shown["payload"])
 
 
-@dead.command("retry")
+@dead.command("retry", epilog=APP_HELP)
+@app_argument(then="refs")
 @queue_options
 @click.argument("refs", nargs=-1, metavar="[ENTRY_OR_TASK_ID]...")
 @click.option("--all", "retry_all", is_flag=True, help="Retry every entry of the queue.")
@@ -261,7 +253,8 @@ def _entries(n: int) -> str:
     return f"{n} {'entry' if n == 1 else 'entries'}"
 
 
-@dead.command("purge")
+@dead.command("purge", epilog=APP_HELP)
+@app_argument(then="refs")
 @queue_options
 @click.argument("refs", nargs=-1, metavar="[ENTRY_OR_TASK_ID]...")
 @click.option("--yes", is_flag=True, help="Do not ask before deleting every entry.")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ._app_argument import app_argument
 from ._common import connection_options, log_level_option, open_app, setup_logging
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ MIN_TOKEN_LENGTH = 16
 
 
 @click.command()
-@click.argument("app_spec", metavar="[APP]", required=False)
+@app_argument()
 @click.option("--port", type=click.IntRange(0, 65535), required=True, help="Port to listen on.")
 @click.option(
     "--bind",

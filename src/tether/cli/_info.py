@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from ._common import console, open_app, run
-from ._dead import app_option
+from ._app_argument import APP_HELP, app_argument
+from ._common import connection_options, console, open_app, run
 
 if TYPE_CHECKING:
     from .._app import Tether
@@ -26,8 +26,9 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-@click.command()
-@app_option
+@click.command(epilog=APP_HELP)
+@app_argument()
+@connection_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def info(app_spec: str | None, url: str | None, namespace: str | None, as_json: bool) -> None:
     """Per queue: waiting per priority, running, delayed, dead, the age of the oldest

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
+from ._app_argument import app_argument
 from ._common import connection_options, console, log_level_option, open_app, run, setup_logging
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("app_spec", metavar="APP")
+@app_argument(required=True)
 @connection_options
 @click.option("--pause", "to_pause", multiple=True, metavar="NAME", help="Pause a schedule.")
 @click.option("--resume", "to_resume", multiple=True, metavar="NAME", help="Resume a schedule.")
@@ -103,7 +104,7 @@ def _short(moment: Any) -> str:
 
 
 @click.command()
-@click.argument("app_spec", metavar="APP")
+@app_argument(required=True)
 @connection_options
 @click.option(
     "--loop-interval", type=float, default=0.5, show_default=True, help="Seconds between passes."

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from ._common import open_app, run
-from ._dead import app_option, describe_where
+from ._app_argument import APP_HELP, app_argument
+from ._common import connection_options, open_app, run
+from ._dead import describe_where
 
 if TYPE_CHECKING:
     from .._app import Tether
@@ -38,18 +39,20 @@ def task() -> None:
     """Follow one task by its id: status, result, cancel."""
 
 
-@task.command("status")
-@click.argument("task_id")
-@app_option
+@task.command("status", epilog=APP_HELP)
+@app_argument(then="task_id", then_metavar="TASK_ID")
+@click.argument("task_id", metavar="TASK_ID", required=False)
+@connection_options
 def task_status(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
     """Print the task's status (queued, scheduled, running, succeeded, ...)."""
     app = open_app(app_spec, url, namespace)
     click.echo(run(app, _where_not_found(lambda a: a.handle(task_id).status())).value)
 
 
-@task.command("result")
-@click.argument("task_id")
-@app_option
+@task.command("result", epilog=APP_HELP)
+@app_argument(then="task_id", then_metavar="TASK_ID")
+@click.argument("task_id", metavar="TASK_ID", required=False)
+@connection_options
 @click.option(
     "--timeout",
     type=float,
@@ -82,9 +85,10 @@ def task_result(
     click.echo(json.dumps(value))
 
 
-@task.command("cancel")
-@click.argument("task_id")
-@app_option
+@task.command("cancel", epilog=APP_HELP)
+@app_argument(then="task_id", then_metavar="TASK_ID")
+@click.argument("task_id", metavar="TASK_ID", required=False)
+@connection_options
 def task_cancel(task_id: str, app_spec: str | None, url: str | None, namespace: str | None) -> None:
     """Cancel a queued, scheduled or running task."""
     app = open_app(app_spec, url, namespace)

@@ -8,12 +8,13 @@ import logging
 
 import click
 
+from ._app_argument import app_argument
 from ._bind import DEFAULT_BIND
 from ._common import connection_options, log_level_option, open_app, setup_logging
 
 
 @click.command()
-@click.argument("app_spec", metavar="[APP]", required=False)
+@app_argument()
 @click.option(
     "--bind",
     default=DEFAULT_BIND,

@@ -17,6 +17,7 @@ import click
 from click.core import ParameterSource
 
 from ..base._settings import OptionalSeconds, Seconds, WorkerSettings, default_of, help_of
+from ._app_argument import app_argument
 from ._common import F, connection_options, log_level_option, open_app, setup_logging
 
 # Short forms kept from before the options were generated.
@@ -89,7 +90,7 @@ def explicit_settings(ctx: click.Context, values: dict[str, Any]) -> dict[str, A
 
 
 @click.command()
-@click.argument("app_spec", metavar="APP")
+@app_argument(required=True)
 @settings_options
 @log_level_option
 @connection_options
