@@ -122,16 +122,17 @@ async def test_a_wrong_bearer_token_is_told_apart_from_none(base: str) -> None:
     async with httpx.AsyncClient(base_url=base, timeout=20) as anonymous:
         missing = await anonymous.get("/api/queues")
         assert missing.status_code == 401
-        assert missing.json() == {"detail": "authentication required: send the token as "
-                                  "'Authorization: Bearer <token>' or log in at /login"}
+        assert missing.json() == {
+            "detail": "authentication required: send the token as "
+            "'Authorization: Bearer <token>' or log in at /login"
+        }
         assert missing.headers["www-authenticate"] == 'Bearer realm="tether"'
         for accept in ("application/json", "text/html"):
             wrong = await anonymous.get("/api/queues", headers={
                 "Authorization": "Bearer " + "x" * len(TOKEN), "Accept": accept})  # fmt: skip
             assert wrong.status_code == 401, accept
             assert wrong.json() == {
-                "detail": "the bearer token is wrong: check the token the server was started "
-                "with",
+                "detail": "the bearer token is wrong: check the token the server was started with",
                 "error": "invalid_token",
             }
             assert 'error="invalid_token"' in wrong.headers["www-authenticate"]

@@ -578,14 +578,17 @@ def test_the_workers_and_statistics_pages(site: Site, tab: Tab) -> None:
     page = tab.go("/stats")
     hour = page.locator("tr[data-task='dash.ok'][data-window='3600']")
     expect(hour.locator("[data-figure=attempts]")).to_have_text("5")
-    expect(hour.locator("[data-figure=failure-rate]")).to_have_text("0%")
+    expect(hour.locator("[data-figure=retried]")).to_have_attribute("data-value", "0")
+    expect(hour.locator("[data-figure=dead]")).to_have_attribute("data-value", "0")
     # Percentiles of run and wait time, as durations people read ("<1 ms", "4.2 ms", "1.3 s").
     for figure in ("run-p50", "run-p95", "run-p99", "wait-p50", "wait-p95", "wait-p99"):
         expect(hour.locator(f"[data-figure={figure}]")).to_have_text(
             re.compile(r"^(<1 ms|[\d.]+ (ms|s))$")
         )
     fails = page.locator("tr[data-task='dash.fail'][data-window='3600']")
-    expect(fails.locator("[data-figure=failure-rate]")).to_have_text("100%")
+    expect(fails.locator("[data-figure=dead]")).to_have_text("1 100%")  # no retries: dead
+    expect(fails.locator("[data-figure=retried]")).to_have_attribute("data-value", "0")
+    expect(page.locator("[data-legend]")).to_contain_text("Attempts that raised and were retried")
     expect(page.locator("tr[data-task='dash.ok'][data-window='86400']")).to_have_count(1)
     page.select_option("#queue", "mail")  # submits itself
     page.wait_for_url(re.compile(r"queue=mail"))

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from tether import Tether
 from tether.admin import Counts, MinuteCounts, Stats
+from tether.base._histogram import bucket
 from tether.web import create_app
 from tether.web._auth import PUBLIC_PATHS
 from tether.web._format import DASH, ago, count, duration, percent, rate
@@ -78,6 +79,10 @@ def test_numbers_and_times_read_as_people_say_them() -> None:
     ]  # fmt: skip
     assert [duration(s) for s in (None, 0, 0.0001, 0.0042, 0.34, 3.4, 42, 300, 7500, 200_000)] == [
         DASH, "0 ms", "<1 ms", "4.2 ms", "340 ms", "3.4 s", "42 s", "5 min", "2 h 5 min", "2 d 7 h",
+    ]  # fmt: skip
+    # Past a minute, two units: run times of 73 s and 92 s do not both read "1 min".
+    assert [duration(s) for s in (59.4, 59.8, 73, 92, 119.9, 3599)] == [
+        "59 s", "1 min", "1 min 13 s", "1 min 32 s", "2 min", "59 min 59 s",
     ]  # fmt: skip
     now = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
     assert ago(now - timedelta(seconds=3.7), now) == "3 s ago"
@@ -138,6 +143,58 @@ async def test_the_chart_cache_gives_what_the_reader_gives(tasks: dashboard.Dash
     await app.client.hincrby(keys.stats_minute(int(time.time() // 60)), "dash.ok|ok", 1)
     again = await steady.series(stats, "default", 60)
     assert again is shown or again[-1].minute != shown[-1].minute
+
+
+def _row(html: str, task: str, window: int) -> str:
+    found = re.search(rf'<tr data-task="{task}" data-queue="default" data-window="{window}">'
+                      r"(.*?)</tr>", html, re.S)  # fmt: skip
+    assert found is not None, (task, window)
+    return found.group(1)
+
+
+def _cell(row: str, name: str) -> str:
+    found = re.search(rf'data-figure="{name}"[^>]*>(.*?)</td>', row, re.S)
+    assert found is not None, name
+    return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+
+
+async def test_statistics_rates_cover_the_time_with_data_and_retries_show_apart_from_dead(
+    url: str, namespace: str, client: httpx.AsyncClient
+) -> None:
+    """Five minutes of data: the day's rate is over those minutes, not over 24 h; a task
+    whose attempts were mostly retries shows its retried and its dead-lettered attempts
+    apart, the columns defined on the page; run times past a minute read in two units."""
+    app = Tether(url, namespace=namespace)
+    keys = app.keys("default")
+    rds = redis.Redis.from_url(url)
+    now = int(time.time() // 60)
+    fields = {"dash.fail|retry": 4, "dash.fail|fail": 1, f"dash.fail|r{bucket(80_000)}": 5,
+              f"dash.fail|w{bucket(20)}": 5}  # fmt: skip
+    for minute in (now - 4, now):
+        for key in (keys.stats_minute(minute), keys.stats_hour(minute // 60)):
+            rds.hset(key, mapping=fields)
+            rds.expire(key, 7200)
+    async with app:
+        (day,) = await Stats(app).tasks("default", window=86400)
+    assert day.attempts == 10 and day.active_s is not None
+    assert 60 <= day.active_s <= 2 * 3600 + 60  # the hours holding data, not the day
+    assert day.per_second == pytest.approx(10 / day.active_s)
+
+    page = (await client.get("/stats")).text
+    hour_row, day_row = _row(page, "dash.fail", 3600), _row(page, "dash.fail", 86400)
+    # Both windows hold the same ten attempts: the day's rate is the hour's, per minute.
+    assert _cell(hour_row, "throughput") == _cell(day_row, "throughput")
+    assert _cell(day_row, "throughput").endswith("/min"), _cell(day_row, "throughput")
+    for row in (hour_row, day_row):
+        assert _cell(row, "attempts") == "10"
+        assert _cell(row, "retried") == "8 80%" and _cell(row, "dead") == "2 20%"
+        assert re.fullmatch(r"1 min \d+ s", _cell(row, "run-p50")), _cell(row, "run-p50")
+    assert "failure rate" not in page.lower()
+    for words in ("Attempts that raised and were retried: the task ran again.",
+                  "Attempts that ended the task in the dead letters",
+                  "over the part of the window that holds data"):  # fmt: skip
+        assert words in page, words
+    rds.close()
 
 
 # -- errors, assets, headers --------------------------------------------------------------

@@ -41,6 +41,8 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     run: Counter[int] = field(default_factory=Counter)
     wait: Counter[int] = field(default_factory=Counter)
+    first: int = 0
+    """The index of the first hash (oldest first) holding a field of the task."""
 
     def add(self, name: str, amount: int) -> bool:
         """Count a field of the task; False for a histogram bucket no worker writes (the
@@ -57,14 +59,14 @@ class Tally:
 def tally(hashes: Sequence[dict[str, int]]) -> dict[str, Tally]:
     """Task name -> its counters summed over ``hashes``."""
     out: dict[str, Tally] = {}
-    for fields in hashes:
+    for index, fields in enumerate(hashes):
         for key, amount in fields.items():
             task, name = split_field(key)
             if not task:
                 continue
             entry = out.get(task)
             if entry is None:
-                entry = out[task] = Tally()
+                entry = out[task] = Tally(first=index)
             if not entry.add(name, amount):
                 skip("statistics", f"field {key[:100]!r}", "a histogram bucket out of range")
     return out
@@ -85,16 +87,22 @@ class Window:
     keys: list[str]
     since_s: float
     covered_s: float
+    bucket_s: float
+
+    def active_s(self, first: int, now_s: float) -> float:
+        """Seconds from the start of bucket ``first`` (the first holding data) to now, at
+        least a minute (the first seconds of a minute are no rate to divide by)."""
+        return max(60.0, min(self.covered_s, now_s - (self.since_s + first * self.bucket_s)))
 
 
 def window_keys(keys: QueueKeys, window_s: float, now_s: float) -> Window:
     if window_s <= MINUTE_WINDOW_MAX:
         first, last = int((now_s - window_s) // 60), int(now_s // 60)
         return Window([keys.stats_minute(m) for m in range(first, last + 1)], first * 60.0,
-                      now_s - first * 60)  # fmt: skip
+                      now_s - first * 60, 60.0)  # fmt: skip
     first, last = int((now_s - window_s) // 3600), int(now_s // 3600)
     return Window([keys.stats_hour(h) for h in range(first, last + 1)], first * 3600.0,
-                  now_s - first * 3600)  # fmt: skip
+                  now_s - first * 3600, 3600.0)  # fmt: skip
 
 
 def check_window(core: Core, window_s: float) -> float:
@@ -138,6 +146,9 @@ async def task_stats(
             t = tallies[name]
             counts = Counts.of(t.outcomes)
             attempts = counts.attempts
+            # A window longer than the data (a day of which minutes were recorded) divides
+            # by the time since its first bucket with an attempt, not by the whole window.
+            active = w.active_s(t.first, now)
             out.append(
                 TaskStats(
                     queue=queue,
@@ -146,10 +157,11 @@ async def task_stats(
                     window_s=round(w.covered_s, 3),
                     counts=counts,
                     attempts=attempts,
-                    per_second=attempts / w.covered_s if w.covered_s > 0 else 0.0,
+                    per_second=attempts / active,
                     error_rate=counts.errors / attempts if attempts else None,
                     run=distribution(t.run),
                     wait=distribution(t.wait),
+                    active_s=round(active, 3),
                 )
             )
     return out

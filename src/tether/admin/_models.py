@@ -165,7 +165,7 @@ class TaskStats(_ToDict):
     counts: Counts
     attempts: int
     per_second: float
-    """Attempts that ended per second over the window."""
+    """Attempts that ended per second over ``active_s``."""
     error_rate: float | None
     """Share of the attempts that raised (failed, retried or dead); None without attempts."""
     run: Distribution
@@ -173,6 +173,10 @@ class TaskStats(_ToDict):
     wait: Distribution
     """Wait time: from when the task was due (its enqueue, or the end of its delay) to its
     start."""
+    active_s: float | None = None
+    """Seconds of the window that hold data: from the start of its first minute (or hour,
+    for a window over three hours) with an attempt of this task to now, at least a minute.
+    A day of which an hour was recorded is an hour here: what ``per_second`` divides by."""
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def rate(per_second: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``4.2 ms``, ``340 ms``, ``3.4 s``, ``42 s``, ``5 min``, ``2 h 5 min``, ``3 d 4 h``."""
+    """``4.2 ms``, ``340 ms``, ``3.4 s``, ``42 s``, ``1 min 13 s``, ``2 h 5 min``, ``3 d 4 h``:
+    past a minute, two units: the larger, and what is left of it in the next one down."""
     if seconds is None or math.isnan(seconds):
         return DASH
     if seconds < 0:
@@ -58,11 +59,11 @@ def duration(seconds: float | None) -> str:
     if seconds < 1:
         ms = seconds * 1000
         return f"{ms:.1f} ms" if ms < 9.95 else f"{ms:.0f} ms"
-    if seconds < 60:
+    if seconds < 59.5:
         return f"{seconds:.1f} s" if seconds < 9.95 else f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
+    minutes, rest = divmod(round(seconds), 60)
     if minutes < 60:
-        return f"{minutes} min"
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     if hours < 24:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
@@ -80,6 +81,8 @@ def ago(moment: datetime | None, now: datetime | None = None) -> str:
         return "just now"
     # Whole seconds: "3 s ago", not "3.4 s ago" (the tooltip has the exact time).
     seconds = int(abs(delta))
+    if seconds >= 60:  # a relative time needs no seconds past the first minute
+        seconds -= seconds % 60
     text = f"{seconds} s" if seconds < 60 else duration(seconds)
     return f"{text} ago" if delta > 0 else f"in {text}"
 

@@ -1,7 +1,12 @@
-"""Per task name, over the last hour and the last day: attempts, throughput, failure rate,
-and the p50/p95/p99 of run time and wait time, read from the statistics the workers write
-(see :mod:`tether.admin._buckets`: an hour is read per minute, a day per hour). Paged by
-``<queue>|<task>``, one queue or every known queue."""
+"""Per task name, over the last hour and the last day: attempts, throughput, the attempts
+retried and dead-lettered, and the p50/p95/p99 of run time and wait time, read from the
+statistics the workers write (see :mod:`tether.admin._buckets`: an hour is read per minute,
+a day per hour). Paged by ``<queue>|<task>``, one queue or every known queue.
+
+Throughput divides by the time that holds data (``TaskStats.active_s``), not by the whole
+window: a day of which ten minutes were recorded is a rate over those minutes. A day is
+read per hour, so when it holds no attempt the hour lacks (the same count), its rate is
+the hour's, read per minute: the finer of the two."""
 
 from dataclasses import dataclass
 from typing import Annotated
@@ -17,11 +22,36 @@ PER_PAGE = 50
 
 
 @dataclass(frozen=True)
+class Cell:
+    """One task over one window, as the page shows it."""
+
+    stats: TaskStats
+    per_second: float
+    active_s: float | None
+    """The seconds the rate is over (None: a reader of an earlier release, the window)."""
+
+
+@dataclass(frozen=True)
 class Row:
     queue: str
     task: str
-    windows: list[TaskStats | None]
+    windows: list[Cell | None]
     """One per window of the page, shortest first (None: no attempt in it)."""
+
+
+def cells(windows: list[TaskStats | None]) -> list[Cell | None]:
+    """The windows of a task, shortest first; a window with the same attempts as the one
+    before it takes that one's rate (its data all lies in the shorter, finer window)."""
+    out: list[Cell | None] = []
+    for s in windows:
+        finer = out[-1] if out else None
+        if s is None:
+            out.append(None)
+        elif finer is not None and finer.stats.attempts == s.attempts:
+            out.append(Cell(s, finer.per_second, finer.active_s))
+        else:
+            out.append(Cell(s, s.per_second, s.active_s))
+    return out
 
 
 def routes(ctx: WebContext) -> APIRouter:
@@ -58,7 +88,7 @@ def routes(ctx: WebContext) -> APIRouter:
         context = {
             "title": "Statistics",
             "active": "stats",
-            "rows": [Row(q, t, found[(q, t)]) for q, t in shown],
+            "rows": [Row(q, t, cells(found[(q, t)])) for q, t in shown],
             "windows": windows,
             "queue": chosen or "",
             "queues": (await stats.queue_names()).items,
