@@ -17,6 +17,7 @@ from .base._errors import (
     BlockingCallError,
     ConfigError,
     EnqueueError,
+    InvalidArguments,
     NotOpen,
     QueueNotFound,
     RateLimited,
@@ -31,6 +32,7 @@ from .base._errors import (
     TetherError,
 )
 from .base._middleware import Middleware
+from .base._schedule import ScheduleBackoff
 from .base._settings import PRIORITIES, WorkerSettings
 from .base._status import CancelResult, TaskStatus
 from .base._version import __version__
@@ -47,6 +49,7 @@ __all__ = [
     "CancelResult",
     "ConfigError",
     "EnqueueError",
+    "InvalidArguments",
     "JsonSerializer",
     "Middleware",
     "NotOpen",
@@ -56,6 +59,7 @@ __all__ = [
     "ResultSerializationError",
     "ResultTimeout",
     "Retry",
+    "ScheduleBackoff",
     "SerializationError",
     "Serializer",
     "ServerError",

@@ -26,7 +26,7 @@ from .protocol._keys import queue_of_task_id, task_id_problem
 
 if TYPE_CHECKING:
     from .admin import Stats, WorkerInfo
-    from .base._schedule import Missed
+    from .base._schedule import Missed, ScheduleBackoff
     from .dead import DeadLetters
     from .limits import Limits
     from .scheduler import Scheduler, Schedules
@@ -266,6 +266,7 @@ class Tether(Core):
         overlap: bool = True,
         run_at_startup: bool = False,
         grace: float = 5.0,
+        backoff: ScheduleBackoff | bool = True,
     ) -> Callable[[AnyTask], AnyTask]:
         """Run a task periodically: put ``@app.periodic(cron=... | every=...)`` on top of
         ``@app.task``; stack several for several schedules. See :class:`tether.scheduler.Schedule`
@@ -275,7 +276,7 @@ class Tether(Core):
             schedule = self.schedules.build(
                 task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
                 missed=missed, catchup_limit=catchup_limit, overlap=overlap,
-                run_at_startup=run_at_startup, grace=grace,
+                run_at_startup=run_at_startup, grace=grace, backoff=backoff,
             )  # fmt: skip
             if schedule.name in {s.name for s in self.declared_schedules}:
                 raise ConfigError(f"a schedule named {schedule.name!r} is declared already")

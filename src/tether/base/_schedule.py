@@ -41,6 +41,87 @@ def cron_problem(expr: object) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ScheduleBackoff:
+    """How long a periodic task whose runs keep failing rests before its next run.
+
+    When a run ends in final failure (dead-lettered after its retries), the schedule skips
+    its ticks for ``initial`` seconds, then ``initial * factor``, ``initial * factor**2``...
+    with each further failure in a row, up to ``cap``. A success ends the backoff; so does
+    a day (``forget_after``) without a new failure. Times are seconds or timedeltas.
+    """
+
+    initial: float = 60.0
+    factor: float = 2.0
+    cap: float = 3600.0
+    forget_after: float = 86400.0
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            initial: float | timedelta = 60.0,
+            factor: float = 2.0,
+            cap: float | timedelta = 3600.0,
+            forget_after: float | timedelta = 86400.0,
+        ) -> None: ...
+
+    def __post_init__(self) -> None:
+        for name in ("initial", "cap", "forget_after"):
+            value = getattr(self, name)
+            if isinstance(value, timedelta):
+                value = value.total_seconds()
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(
+                    f"ScheduleBackoff({name}={getattr(self, name)!r}): give seconds above zero"
+                )
+            if not math.isfinite(value):
+                raise ConfigError(
+                    f"ScheduleBackoff({name}={value!r}): give a finite number of seconds"
+                )
+            object.__setattr__(self, name, float(value))
+        factor = self.factor
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, (int, float))
+            or not (1 <= factor <= 100)
+        ):
+            raise ConfigError(f"ScheduleBackoff(factor={factor!r}): give a number from 1 to 100")
+        object.__setattr__(self, "factor", float(factor))
+        if self.cap < self.initial:
+            raise ConfigError(
+                f"ScheduleBackoff(cap={self.cap:g}) is below initial={self.initial:g}: the cap bounds "
+                "the growing delay"
+            )
+
+    def delay(self, failures: int) -> float:
+        """Seconds of rest after ``failures`` final failures in a row (1 or more)."""
+        exponent = min(max(failures, 1) - 1, 64)  # a bound: the cap is reached long before
+        return float(min(self.cap, self.initial * self.factor**exponent))
+
+    @property
+    def spec(self) -> str:
+        """The policy as the settle script reads it (see scripts/settle.lua):
+        ``<initial ms>|<factor>|<cap ms>|<forget ms>``."""
+        return (
+            f"{round(self.initial * 1000)}|{self.factor:g}|{round(self.cap * 1000)}|"
+            f"{round(self.forget_after * 1000)}"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "initial": self.initial,
+            "factor": self.factor,
+            "cap": self.cap,
+            "forget_after": self.forget_after,
+        }
+
+
+DEFAULT_BACKOFF = ScheduleBackoff()
+"""On by default: a job that fails every run should not hit a struggling downstream system
+on every tick. A schedule slower than its delay never skips a tick, and a success ends it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
     """When and how a task fires periodically.
@@ -60,6 +141,9 @@ class Schedule:
         run_at_startup: fire once when the schedule is first seen (a first deploy, an empty
             Redis) instead of waiting for its next tick.
         grace: a tick later than this when the scheduler handles it counts as missed.
+        backoff: after a run ends in final failure, skip the ticks of the next
+            :class:`ScheduleBackoff` delay, growing with each failure in a row (on by default);
+            ``False`` (or None) turns it off, ``True`` is the default policy.
     """
 
     name: str
@@ -76,6 +160,7 @@ class Schedule:
     overlap: bool = True
     run_at_startup: bool = False
     grace: float = 5.0
+    backoff: ScheduleBackoff | None = DEFAULT_BACKOFF
 
     if TYPE_CHECKING:
         # ``every`` is read as float seconds but given as seconds or a timedelta
@@ -99,6 +184,7 @@ class Schedule:
             overlap: bool = True,
             run_at_startup: bool = False,
             grace: float = 5.0,
+            backoff: ScheduleBackoff | bool | None = ...,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -152,6 +238,17 @@ class Schedule:
             ) from None
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "kwargs", dict(self.kwargs))
+        backoff: object = self.backoff
+        if backoff is True:
+            backoff = DEFAULT_BACKOFF
+        elif backoff is False:
+            backoff = None
+        if backoff is not None and not isinstance(backoff, ScheduleBackoff):
+            raise ConfigError(
+                f"schedule {self.name!r}: backoff={backoff!r}; give a ScheduleBackoff(...), True "
+                "(the default policy) or False (none)"
+            )
+        object.__setattr__(self, "backoff", backoff)
 
     # -- description ------------------------------------------------------------------
 
@@ -172,6 +269,7 @@ class Schedule:
                 "missed": self.missed, "catchup_limit": self.catchup_limit,
                 "overlap": self.overlap, "run_at_startup": self.run_at_startup,
                 "grace": self.grace,
+                "backoff": self.backoff.to_dict() if self.backoff else False,
             },
             sort_keys=True,
         )  # fmt: skip
@@ -180,6 +278,9 @@ class Schedule:
     def from_json(cls, text: str | bytes) -> Schedule:
         data = json.loads(text)
         data["args"] = tuple(data.get("args", ()))
+        backoff = data.get("backoff", True)  # definitions stored before backoff existed
+        if isinstance(backoff, dict):
+            data["backoff"] = ScheduleBackoff(**backoff)
         return cls(**data)
 
     def task_id(self, namespace: str, tick_ms: int) -> str:

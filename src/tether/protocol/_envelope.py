@@ -21,6 +21,7 @@ Pickle is never the default: a payload must not be able to run code in the worke
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -276,6 +277,11 @@ def _positive_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+BACKOFF_SPEC = re.compile(
+    r"[1-9][0-9]{0,12}\|[0-9]{1,3}(\.[0-9]{1,12})?\|[1-9][0-9]{0,12}\|[1-9][0-9]{0,12}"
+)
+"""A schedule's failure backoff as its runs carry it (ScheduleBackoff.spec)."""
+
 _OPTION_CHECKS: dict[str, tuple[Any, str]] = {
     "timeout": (_positive_number, "a number of seconds above zero"),
     "retries": (lambda v: _is_int(v) and v >= 0, "a whole number, 0 or more"),
@@ -286,8 +292,15 @@ _OPTION_CHECKS: dict[str, tuple[Any, str]] = {
         lambda v: isinstance(v, str) and 0 < len(v) <= 200,
         "text of 1 to 200 characters",
     ),
-    "schedule": (lambda v: isinstance(v, str), "text"),
+    "schedule": (
+        lambda v: isinstance(v, str) and 0 < len(v) <= 200 and "|" not in v,
+        "a schedule name (1 to 200 characters without '|')",
+    ),
     "tick": (_is_int, "a whole number"),
+    "backoff": (
+        lambda v: isinstance(v, str) and BACKOFF_SPEC.fullmatch(v) is not None,
+        "'<initial ms>|<factor>|<cap ms>|<forget ms>'",
+    ),
 }
 
 

@@ -34,6 +34,8 @@ class QueueKeys:
     scheduled_payloads: str
     index: str
     schedules: str
+    backoff: str
+    """schedule name -> '<failures>|<retry after ms>|<forget at ms>' while its runs fail"""
     paused: str
     """Present while the queue is paused: no worker fetches from it."""
 
@@ -51,6 +53,7 @@ class QueueKeys:
             scheduled_payloads=f"{tag}:sched",
             index=f"{tag}:idx",
             schedules=f"{tag}:ticks",
+            backoff=f"{tag}:backoff",
             paused=f"{tag}:paused",
         )
 
@@ -61,6 +64,10 @@ class QueueKeys:
     def cancels(self, consumer: str) -> str:
         """Task ids a running worker is asked to cancel (read by its heartbeat)."""
         return f"{self.tag}:cancel:{consumer}"
+
+    def tick_log(self, schedule: str) -> str:
+        """The last ticks of ``schedule`` and how they ended (a capped stream)."""
+        return f"{self.tag}:ticklog:{schedule}"
 
     def result(self, task_id: str) -> str:
         return f"{self.tag}:result:{task_id}"

@@ -1,7 +1,15 @@
 """Periodic tasks across replicas: cron and interval schedules, one leader, one enqueue per tick."""
 
-from ..base._schedule import Schedule
-from ._control import ScheduleInfo, Schedules
+from ..base._schedule import Schedule, ScheduleBackoff
+from ._control import BackoffState, ScheduleInfo, Schedules, TickRecord
 from ._scheduler import Scheduler
 
-__all__ = ["Schedule", "ScheduleInfo", "Scheduler", "Schedules"]
+__all__ = [
+    "BackoffState",
+    "Schedule",
+    "ScheduleBackoff",
+    "ScheduleInfo",
+    "Scheduler",
+    "Schedules",
+    "TickRecord",
+]

@@ -5,25 +5,63 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..base._errors import ConfigError
 from ..base._redis import text
-from ..base._schedule import Missed, Schedule
+from ..base._schedule import Missed, Schedule, ScheduleBackoff
 from ..base._unreadable import parsed, skip, text_or_none
 from ..producer import _lifecycle
 from ..producer._enqueue import Plan, enqueue
 from ..producer._task import Task
+from ..protocol._envelope import plain_encoder
 from ..protocol._keys import SchedulerKeys, queue_of_task_id
+
+log = logging.getLogger("tether.scheduler")
 
 if TYPE_CHECKING:
     from ..base._redis import AsyncClient
     from ..producer._core import Core
     from ..producer._handle import TaskHandle
+
+
+@dataclass(frozen=True)
+class BackoffState:
+    """A schedule whose runs failed: how many in a row, and until when its ticks rest."""
+
+    failures: int
+    """Runs in a row that ended in final failure (dead-lettered after their retries)."""
+    until: datetime
+    """Ticks due before this time are skipped ('backoff' in the tick log)."""
+    forget_at: datetime
+    """Without a new failure, the state is forgotten then (a success ends it at once)."""
+
+    def resting(self, now: datetime | None = None) -> bool:
+        """Whether ticks are skipped now."""
+        return self.until > (now or datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """One record of a schedule's tick log: a tick and how it ended, or how a run ended."""
+
+    at: datetime
+    """When it was recorded."""
+    tick: datetime | None
+    """The tick it is about (None for a run triggered by hand)."""
+    outcome: str
+    """A tick: 'enqueued', 'backoff', 'overlap', 'paused', 'missed'; a run: 'succeeded',
+    'failed', 'dead'."""
+    task_id: str | None
+    failures: int | None = None
+    """'backoff', 'failed', 'dead': failures in a row then."""
+    until: datetime | None = None
+    """'backoff', 'failed', 'dead': the end of the rest then."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +78,8 @@ class ScheduleInfo:
     last_outcome: str | None
     error: str | None = None
     """The last error the scheduler met firing it, until a tick succeeds again."""
+    backoff: BackoffState | None = None
+    """Set while its runs fail (see :class:`ScheduleBackoff`)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +173,7 @@ class Schedules:
         overlap: bool = True,
         run_at_startup: bool = False,
         grace: float = 5.0,
+        backoff: ScheduleBackoff | bool = True,
     ) -> Schedule:
         """The :class:`Schedule` these options make for ``task``, checked but stored nowhere
         (what ``@app.periodic`` and :meth:`add` record)."""
@@ -161,6 +202,7 @@ class Schedules:
             overlap=overlap,
             run_at_startup=run_at_startup,
             grace=grace,
+            backoff=backoff,
         )
 
     async def add(self, task: Task[Any, Any], **options: Any) -> Schedule:
@@ -199,7 +241,9 @@ class Schedules:
         await self.app.client.incr(self.keys.version)
 
     async def trigger(self, name: str) -> TaskHandle[Any]:
-        """Enqueue a run now, outside the schedule's ticks."""
+        """Enqueue a run now, outside the schedule's ticks, in backoff or paused too (a
+        backoff is logged as overridden). The run counts as one of the schedule's: its
+        success ends a backoff, its final failure extends it."""
         schedule = await self._get(name)
         task = self.app.tasks.get(schedule.task)
         if not isinstance(task, Task):
@@ -207,8 +251,49 @@ class Schedules:
         bound = task.options(queue=schedule.queue, priority=schedule.priority)
         # Through this app (the one the caller opened), whichever app declared the task.
         plan = Plan.of(self.app, bound)
+        options = {**plan.options, **run_options(schedule, None)}
+        plan = replace(
+            plan,
+            options=options,
+            encode_plain=plain_encoder(self.app.serializer, bound.name, options)
+            if plan.encode_plain is not None
+            else None,
+        )
+        state = await self.backoff(name)
         handles = await enqueue(self.app, bound, plan, [(schedule.args, schedule.kwargs)])
+        if state is not None and state.resting():
+            log.warning(
+                "schedule %s triggered by hand during its backoff (%d failed run%s in a row, "
+                "resting until %s): task %s runs now",
+                name, state.failures, "" if state.failures == 1 else "s",
+                state.until.isoformat(), handles[0].id,
+            )  # fmt: skip
         return handles[0]
+
+    async def backoff(self, name: str) -> BackoffState | None:
+        """The schedule's backoff state: None when its last run did not fail (or a day
+        passed since its last failure)."""
+        schedule = await self._get(name)
+        raw: Any = await self.app.client.hget(self.app.keys(schedule.queue).backoff, name)
+        return _backoff_state(raw, datetime.now(timezone.utc))
+
+    async def reset_backoff(self, name: str) -> bool:
+        """End the schedule's backoff now: its next tick runs. False when it had none."""
+        schedule = await self._get(name)
+        return bool(await self.app.client.hdel(self.app.keys(schedule.queue).backoff, name))
+
+    async def ticks(self, name: str, limit: int = 20) -> builtins.list[TickRecord]:
+        """The schedule's latest tick records, newest first: each tick and how it ended
+        (enqueued, or skipped: in backoff, overlapping, paused, missed), and how each run
+        ended (up to 100 kept, for a month)."""
+        schedule = await self._get(name)
+        key = self.app.keys(schedule.queue).tick_log(name)
+        raw: Any = await self.app.client.xrevrange(key, count=max(1, min(limit, 1000)))
+        records = (
+            parsed("schedule", f"{key} entry {text(entry_id)}", partial(_tick_record, entry_id, f))
+            for entry_id, f in raw
+        )
+        return [r for r in records if r is not None]
 
     async def leader(self) -> str | None:
         """The instance that leads now (``host-pid:token``), or None."""
@@ -256,6 +341,9 @@ class Schedules:
         declared = {s.name for s in self.app.declared_schedules}
         paused = (await load_runtime(self.app, self.keys)).paused
         raw_errors: Any = await self.app.client.hgetall(self.keys.errors)
+        backoffs: list[Any] = await asyncio.gather(
+            *(self.app.client.hget(self.app.keys(s.queue).backoff, s.name) for s in schedules)
+        )
         errors = {
             k: v
             for k, v in (
@@ -290,13 +378,19 @@ class Schedules:
 
         outcomes = await asyncio.gather(*(outcome_of(last_id) for _, last_id in lasts))
         out: builtins.list[ScheduleInfo] = []
-        for schedule, (last_tick, last_id), outcome in zip(schedules, lasts, outcomes, strict=True):
+        for schedule, (last_tick, last_id), outcome, raw_backoff in zip(
+            schedules, lasts, outcomes, backoffs, strict=True
+        ):
+            backoff = _backoff_state(raw_backoff, now) if schedule.backoff else None
+            after = max(now_ms, last_tick or 0)
+            if backoff is not None:  # its first tick at or after the end of the rest
+                after = max(after, int(backoff.until.timestamp() * 1000) - 1)
             # A definition written by hand may pass its checks and still have no next tick
             # a datetime holds (an interval of a microsecond, a cron past the year 9999).
             next_ms = parsed(
                 "schedule",
                 f"{self.keys.definitions} field {schedule.name[:100]!r}",
-                partial(_next_tick, schedule, max(now_ms, last_tick or 0)),
+                partial(_next_tick, schedule, after),
             )
             out.append(
                 ScheduleInfo(
@@ -308,6 +402,7 @@ class Schedules:
                     last_task_id=last_id,
                     last_outcome=outcome,
                     error=errors.get(schedule.name),
+                    backoff=backoff,
                 )
             )
         return out
@@ -321,6 +416,49 @@ class Schedules:
         if schedule is None:
             raise ConfigError(f"no schedule named {name!r}")
         return schedule
+
+
+def run_options(schedule: Schedule, tick: int | None) -> dict[str, Any]:
+    """The envelope options of a run of ``schedule``: which schedule and tick it is (None
+    for a run triggered by hand), and its failure backoff, which the settle of the run
+    applies (scripts/settle.lua)."""
+    options: dict[str, Any] = {"schedule": schedule.name}
+    if tick is not None:
+        options["tick"] = tick
+    if schedule.backoff is not None:
+        options["backoff"] = schedule.backoff.spec
+    return options
+
+
+def _backoff_state(raw: bytes | None, now: datetime) -> BackoffState | None:
+    """A stored backoff state ('<failures>|<until ms>|<forget at ms>'), None when absent,
+    forgotten or unreadable (the tick script ignores and deletes such a state too)."""
+    if raw is None:
+        return None
+    parts = raw.split(b"|")
+    if len(parts) != 3 or not all(p.isdigit() and len(p) <= 16 for p in parts):
+        return None
+    failures, until, forget = (int(p) for p in parts)
+    forget_at = _dt(forget)
+    if forget_at is None or forget_at <= now or until > MAX_TICK_MS:
+        return None
+    return BackoffState(failures, _dt(until) or now, forget_at)
+
+
+def _tick_record(entry_id: Any, fields: Any) -> TickRecord:
+    values = {text(k): text(v) for k, v in fields.items()}
+    at_ms = int(text(entry_id).partition("-")[0])
+    tick = values.get("tick") or ""
+    failures = values.get("failures")
+    until = values.get("until")
+    return TickRecord(
+        at=_dt(at_ms) or datetime.now(timezone.utc),
+        tick=_dt(int(tick)) if tick else None,
+        outcome=values["outcome"],
+        task_id=values.get("id") or None,
+        failures=int(failures) if failures else None,
+        until=_dt(int(until)) if until else None,
+    )
 
 
 def _dt(ms: int | None) -> datetime | None:
@@ -350,4 +488,11 @@ def describe(info: ScheduleInfo) -> dict[str, Any]:
         "last_task_id": info.last_task_id,
         "last_outcome": info.last_outcome,
         "error": info.error,
+        "backoff": None
+        if info.backoff is None
+        else {
+            "failures": info.backoff.failures,
+            "until": info.backoff.until.isoformat(),
+            "resting": info.backoff.resting(),
+        },
     }

@@ -18,6 +18,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..base._faults import Fault, classify, describe_error
@@ -26,7 +27,7 @@ from ..base._settings import PRIORITIES
 from ..protocol import scripts
 from ..protocol._envelope import Envelope
 from ..protocol._keys import SchedulerKeys
-from ._control import load_runtime, parse_marker, unreadable_marker
+from ._control import load_runtime, parse_marker, run_options, unreadable_marker
 
 if TYPE_CHECKING:
     from ..base._redis import AsyncClient
@@ -239,7 +240,7 @@ class Scheduler:
         if not ticks:
             return
         if schedule.name in self._paused:
-            await self._tick(schedule, [(ticks[-1], False)])
+            await self._tick(schedule, [(ticks[-1], False)], why="paused")
             return
         if more or len(ticks) > 1:
             log.warning(
@@ -248,13 +249,17 @@ class Scheduler:
                 schedule.missed,
             )
         if schedule.missed == "skip" and now_ms - ticks[-1] > schedule.grace * 1000:
-            await self._tick(schedule, [(ticks[-1], False)])
+            await self._tick(schedule, [(ticks[-1], False)], why="missed")
             return
         await self._tick(schedule, [(t, True) for t in ticks])
 
-    async def _tick(self, schedule: Schedule, ticks: list[tuple[int, bool]]) -> None:
+    async def _tick(
+        self, schedule: Schedule, ticks: list[tuple[int, bool]], why: str = "missed"
+    ) -> None:
+        """Hand ``ticks`` (tick ms, whether to fire it) to the tick script; a tick not
+        fired is recorded as skipped for ``why`` ('paused', 'missed')."""
         keys = self.app.keys(schedule.queue)
-        prepared: list[tuple[int, str, bytes]] = []
+        prepared: list[tuple[int, str, bytes, str]] = []
         for tick, fire in ticks:
             task_id = schedule.task_id(self.app.namespace, tick)
             payload = b""
@@ -266,15 +271,31 @@ class Scheduler:
                     dict(schedule.kwargs),
                     int(self._clock() * 1000),
                     1,
-                    {"schedule": schedule.name, "tick": tick},
+                    run_options(schedule, tick),
                 )
                 payload = env.encode(self.app.serializer)
-            prepared.append((tick, task_id, payload))
+            prepared.append((tick, task_id, payload, "" if fire else why))
         results = await scripts.tick(
-            keys, schedule.name, schedule.overlap, PRIORITIES.index(schedule.priority) + 1, prepared
+            keys,
+            schedule.name,
+            schedule.overlap,
+            PRIORITIES.index(schedule.priority) + 1,
+            schedule.backoff is not None,
+            prepared,
         ).run(self.client)
         for (tick, _), state in zip(ticks, results, strict=True):
-            if state == "enqueued":
+            if state.startswith("backoff:"):
+                _, failures, until = state.split(":")
+                log.info(
+                    "schedule %s skipped tick %d: in backoff after %s failed run%s in a row, "
+                    "until %s",
+                    schedule.name,
+                    tick,
+                    failures,
+                    "" if failures == "1" else "s",
+                    _utc(int(until)),
+                )
+            elif state == "enqueued":
                 self.fired += 1
                 log.info("schedule %s fired for tick %d", schedule.name, tick)
             elif state == "overlap":
@@ -284,3 +305,7 @@ class Scheduler:
                     tick,
                 )
         self._markers[schedule.name] = max(t for t, _ in ticks)
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

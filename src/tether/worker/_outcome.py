@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..base._errors import RateLimited, Retry
-from ..protocol.scripts._calls import SettleItem
+from ..protocol.scripts._calls import ScheduleRun, SettleItem
 
 if TYPE_CHECKING:
     from ..protocol._envelope import Envelope, Serializer
@@ -108,11 +108,15 @@ class Target:
     keys: QueueKeys
     dedup: str | None
     dedup_hold_ms: int
+    schedule_run: ScheduleRun | None = None
+    """A run of a schedule: where its outcome is recorded (and moves its backoff)."""
 
     @classmethod
     def of(cls, keys: QueueKeys, env: Envelope, bound: bool, store: bool, ttl_ms: int) -> Target:
-        key = env.options.get("key")
-        hold = env.options.get("key_ttl")
+        opts = env.options
+        key = opts.get("key")
+        hold = opts.get("key_ttl")
+        schedule = opts.get("schedule")
         return cls(
             env.id,
             bound,
@@ -121,6 +125,9 @@ class Target:
             keys,
             keys.dedup(key) if isinstance(key, str) else None,
             int(hold * 1000) if isinstance(hold, (int, float)) and hold > 0 else 0,
+            None
+            if schedule is None
+            else ScheduleRun.of(keys, schedule, opts.get("tick"), opts.get("backoff")),
         )
 
     def outcome(self, op: str, record: bytes = b"", **detail: Any) -> Outcome:
@@ -137,6 +144,7 @@ class Target:
             done_key=self.keys.done(self.task_id) if store else None,
             dedup_key=self.dedup,
             dedup_hold_ms=self.dedup_hold_ms,
+            schedule_run=self.schedule_run,
             **detail,
         )
 
@@ -187,10 +195,9 @@ def dead(
     record = make_record(serializer, "dead", env, error=err)
     # The dead record is written even for tasks that do not store results: waiters must
     # learn that it will never run.
-    return Target(
-        target.task_id, target.bound, True, target.ttl_ms, target.keys, target.dedup,
-        target.dedup_hold_ms,
-    ).outcome("dead", record, reason=reason, error=serializer.dumps(err))  # fmt: skip
+    return replace(target, store=True).outcome(
+        "dead", record, reason=reason, error=serializer.dumps(err)
+    )
 
 
 def cancelled(target: Target | None, serializer: Serializer, env: Envelope | None) -> Outcome:
@@ -198,7 +205,4 @@ def cancelled(target: Target | None, serializer: Serializer, env: Envelope | Non
         return SettleItem("cancel")
     err = {"type": "asyncio.CancelledError", "message": "cancelled on request", "traceback": ""}
     record = make_record(serializer, "cancelled", env, error=err)
-    return Target(
-        target.task_id, target.bound, True, target.ttl_ms, target.keys, target.dedup,
-        target.dedup_hold_ms,
-    ).outcome("cancel", record)  # fmt: skip
+    return replace(target, store=True).outcome("cancel", record)

@@ -10,6 +10,7 @@ first key routes it) or a Sentinel-managed master alike.
 from __future__ import annotations
 
 from ._calls import (
+    TICK_LOG_LENGTH,
     CancelReply,
     Claimed,
     Enqueued,
@@ -17,6 +18,7 @@ from ._calls import (
     FetchReply,
     PromoteReply,
     RenewReply,
+    ScheduleRun,
     SettleItem,
     SettleReply,
     StatsWrite,
@@ -61,6 +63,7 @@ from ._script import (
 )
 
 __all__ = [
+    "TICK_LOG_LENGTH",
     "APPEND",
     "CANCEL",
     "CLAIM",
@@ -86,6 +89,7 @@ __all__ = [
     "PromoteReply",
     "RenewReply",
     "Script",
+    "ScheduleRun",
     "SettleItem",
     "SettleReply",
     "StatsWrite",

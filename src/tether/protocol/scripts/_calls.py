@@ -140,6 +140,30 @@ def fetch(
 # -- settle -------------------------------------------------------------------------------
 
 
+TICK_LOG_LENGTH = 100
+"""Records kept in a schedule's tick log (ticks and the outcomes of their runs)."""
+TICK_LOG_TTL_MS = 30 * 24 * 3600 * 1000
+"""A tick log expires a month after its last record (a removed schedule's goes with it)."""
+
+
+class ScheduleRun(NamedTuple):
+    """Where a run of a schedule records its outcome (see scripts/settle.lua)."""
+
+    log_key: str
+    backoff_key: str | None
+    """None when the schedule does not back off."""
+    spec: str
+    """'<tick>|<log length>|<log ttl ms>|<initial ms>|<factor>|<cap ms>|<forget ms>|<name>'"""
+
+    @classmethod
+    def of(cls, keys: QueueKeys, name: str, tick: int | None, backoff: str | None) -> ScheduleRun:
+        """``backoff``: the schedule's policy as the envelope carries it
+        ('<initial ms>|<factor>|<cap ms>|<forget ms>'), None when it has none."""
+        tick_text = "" if tick is None else str(tick)
+        spec = f"{tick_text}|{TICK_LOG_LENGTH}|{TICK_LOG_TTL_MS}|{backoff or '|||'}|{name}"
+        return cls(keys.tick_log(name), keys.backoff if backoff else None, spec)
+
+
 @dataclass(slots=True)
 class SettleItem:
     """How one entry ended, as the settle script records it (see scripts/settle.lua)."""
@@ -160,6 +184,9 @@ class SettleItem:
     done_key: str | None = None
     dedup_key: str | None = None
     dedup_hold_ms: int = 0
+    schedule_run: ScheduleRun | None = None
+    """Set for a run of a schedule: its outcome goes to the tick log, and moves the
+    schedule's backoff."""
 
 
 class StatsWrite(NamedTuple):
@@ -263,6 +290,16 @@ def settle(
             o.op, sidx, entry_id, o.task_id, "1" if o.bound else "0", result_k, done_k, dedup_k,
             o.record, o.ttl_ms, detail, extra, o.dedup_hold_ms, sig,
         )  # fmt: skip
+        run = o.schedule_run
+        if run is None:
+            args += (0, 0, "")
+            continue
+        backoff_k = 0
+        if run.backoff_key is not None:
+            script_keys.append(run.backoff_key)
+            backoff_k = len(script_keys)
+        script_keys.append(run.log_key)
+        args += (backoff_k, len(script_keys), run.spec)
     return Call(SETTLE, script_keys, args, _parse_settle)
 
 
@@ -486,10 +523,19 @@ def tick(
     schedule: str,
     overlap: bool,
     sidx: int,
-    ticks: Sequence[tuple[int, str, bytes]],
+    backoff: bool,
+    ticks: Sequence[tuple[int, str, bytes, str]],
 ) -> Call[list[str]]:
-    """Enqueue (tick ms, task id, payload or b'' to skip) ticks of a schedule at most once."""
-    args: list[Arg] = [schedule, "1" if overlap else "0", sidx]
-    for tick_ms, task_id, payload in ticks:
-        args += (tick_ms, task_id, payload)
-    return Call(TICK, [*keys.streams, keys.index, keys.delayed, keys.schedules], args, _parse_ids)
+    """Enqueue (tick ms, task id, payload or b'' to skip, why skipped) ticks of a schedule
+    at most once; ``backoff``: its ticks rest while its runs fail (see tick.lua)."""
+    args: list[Arg] = [
+        schedule, "1" if overlap else "0", sidx, "1" if backoff else "0", TICK_LOG_LENGTH,
+        TICK_LOG_TTL_MS,
+    ]  # fmt: skip
+    for tick_ms, task_id, payload, why in ticks:
+        args += (tick_ms, task_id, payload, why)
+    script_keys: list[Arg] = [
+        *keys.streams, keys.index, keys.delayed, keys.schedules, keys.backoff,
+        keys.tick_log(schedule),
+    ]  # fmt: skip
+    return Call(TICK, script_keys, args, _parse_ids)

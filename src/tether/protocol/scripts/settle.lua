@@ -26,7 +26,7 @@ ARGV[6]     s, the number of statistics signatures; then each: n, then n fields 
             fenced ack discards (a lost lease) or one settled by an earlier send of this
             very call (a lost reply) never is.
 then the entries. A bare success (nothing to record, no index entry) takes 4 values:
-  'o', stream index, entry id, signature (1-based, 0 none). Every other entry takes 14:
+  'o', stream index, entry id, signature (1-based, 0 none). Every other entry takes 17:
   1 op: 'ok' | 'retry' | 'fail' | 'dead' | 'cancel'
   2 stream index   3 entry id   4 task id ('' when the payload could not be decoded)
   5 '1' when the task id came in the payload: it must be indexed to this very entry,
@@ -37,6 +37,16 @@ then the entries. A bare success (nothing to record, no index entry) takes 4 val
   12 retry: the next attempt's payload; fail/dead: the error (type, message, traceback)
   13 dedup hold ms after the outcome (0 = release the key now)
   14 signature (1-based, 0 none)
+  15 the schedule's backoff states key index (0: not a run of a schedule that backs off)
+  16 the schedule's tick log key index (0: not a run of a schedule)
+  17 the schedule's run: '<tick ms or empty>|<log length>|<log ttl ms>|<initial ms>|<factor>|
+     <cap ms>|<forget ms>|<schedule name>' (the four backoff values empty when it has none)
+
+A run of a schedule records its outcome in the schedule's tick log, and its backoff state
+changes here, with the outcome it follows from (no later step a crash could skip): a success
+ends the backoff; a final failure ('fail', 'dead') counts one more failure in a row and sets
+the time before which the schedule's ticks are skipped (scripts/tick.lua), the delay growing
+from initial by factor up to cap; the state is forgotten forget ms after the last failure.
 
 Returns {taken, gone, settled, forged}: taken is flat (entry, its owner now) for entries
 another consumer owns, gone lists entries no longer pending, settled counts the entries
@@ -55,6 +65,42 @@ local function clock()
   end
   return now
 end
+local outcome_words = {ok = 'succeeded', fail = 'failed', dead = 'dead'}
+-- A run of a schedule ended: record it in the tick log; end or extend the backoff.
+local function schedule_run(op, tid, backoff_k, log_k, run)
+  local tick, log_len, log_ttl, initial, factor, cap, forget, name = string.match(
+    run, '^(%d*)|(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.+)$')
+  if not name then return end
+  local fields = {'tick', tick, 'outcome', outcome_words[op], 'id', tid}
+  if backoff_k > 0 and op == 'ok' then
+    redis.call('HDEL', KEYS[backoff_k], name)
+  elseif backoff_k > 0 then
+    initial, factor, cap, forget = tonumber(initial), tonumber(factor), tonumber(cap),
+                                   tonumber(forget)
+    if initial and factor and cap and forget then
+      local failures = 0
+      local state = redis.call('HGET', KEYS[backoff_k], name)
+      if state then
+        local f, forget_at = string.match(state, '^(%d+)|%d+|(%d+)$')
+        if f and tonumber(forget_at) > clock() then failures = tonumber(f) end
+      end
+      failures = failures + 1
+      local delay = math.min(cap, initial * factor ^ math.min(failures - 1, 64))
+      local until_ms = clock() + math.floor(delay)
+      redis.call('HSET', KEYS[backoff_k], name,
+                 string.format('%d|%d|%d', failures, until_ms, clock() + forget))
+      if redis.call('PTTL', KEYS[backoff_k]) < forget then
+        redis.call('PEXPIRE', KEYS[backoff_k], forget)
+      end
+      fields[#fields + 1] = 'failures'
+      fields[#fields + 1] = string.format('%d', failures)
+      fields[#fields + 1] = 'until'
+      fields[#fields + 1] = string.format('%d', until_ms)
+    end
+  end
+  redis.call('XADD', KEYS[log_k], 'MAXLEN', log_len, '*', unpack(fields))
+  redis.call('PEXPIRE', KEYS[log_k], log_ttl)
+end
 local sigs, counts, counted = {}, {}, false
 local b = 7
 for s = 1, tonumber(ARGV[6]) do
@@ -68,6 +114,7 @@ while b <= #ARGV do
   local op, sidx, eid = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
   local tid, bound, result_k, done_k, dedup_k, record, ttl, hold = '', '0', 0, 0, 0, '', 0, 0
   local detail, extra, sig = '', '', 0
+  local backoff_k, log_k, run = 0, 0, ''
   if op == 'o' then
     sig = tonumber(ARGV[b + 3])
     b = b + 4
@@ -77,7 +124,8 @@ while b <= #ARGV do
     record, ttl = ARGV[b + 8], ARGV[b + 9]
     detail, extra, hold = ARGV[b + 10], ARGV[b + 11], tonumber(ARGV[b + 12])
     sig = tonumber(ARGV[b + 13])
-    b = b + 14
+    backoff_k, log_k, run = tonumber(ARGV[b + 14]), tonumber(ARGV[b + 15]), ARGV[b + 16]
+    b = b + 17
   end
   local stream = KEYS[sidx]
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
@@ -102,6 +150,7 @@ while b <= #ARGV do
       end
       forged[#forged + 1] = sidx .. eid
       op, tid, result_k, done_k, dedup_k = 'dead', '', 0, 0, 0
+      backoff_k, log_k = 0, 0
     end
     local payload = ''
     if op == 'fail' or op == 'dead' then
@@ -147,6 +196,7 @@ while b <= #ARGV do
           redis.call('DEL', KEYS[dedup_k])
         end
       end
+      if log_k > 0 and op ~= 'cancel' then schedule_run(op, tid, backoff_k, log_k, run) end
     end
   end
 end
