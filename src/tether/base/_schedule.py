@@ -90,8 +90,8 @@ class ScheduleBackoff:
         object.__setattr__(self, "factor", float(factor))
         if self.cap < self.initial:
             raise ConfigError(
-                f"ScheduleBackoff(cap={self.cap:g}) is below initial={self.initial:g}: the cap bounds "
-                "the growing delay"
+                f"ScheduleBackoff(cap={self.cap:g}) is below initial={self.initial:g}: the cap "
+                "bounds the growing delay"
             )
 
     def delay(self, failures: int) -> float:
@@ -238,17 +238,7 @@ class Schedule:
             ) from None
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "kwargs", dict(self.kwargs))
-        backoff: object = self.backoff
-        if backoff is True:
-            backoff = DEFAULT_BACKOFF
-        elif backoff is False:
-            backoff = None
-        if backoff is not None and not isinstance(backoff, ScheduleBackoff):
-            raise ConfigError(
-                f"schedule {self.name!r}: backoff={backoff!r}; give a ScheduleBackoff(...), True "
-                "(the default policy) or False (none)"
-            )
-        object.__setattr__(self, "backoff", backoff)
+        object.__setattr__(self, "backoff", _backoff_policy(self.name, self.backoff))
 
     # -- description ------------------------------------------------------------------
 
@@ -346,6 +336,20 @@ class Schedule:
         fields = (self.cron or "").split()
         hour = fields[1] if len(fields) == 5 else fields[2] if len(fields) == 6 else "*"
         return "*" not in hour
+
+
+def _backoff_policy(name: str, backoff: object) -> ScheduleBackoff | None:
+    """The policy a schedule's ``backoff=`` names: True is the default one, False none."""
+    if backoff is True:
+        return DEFAULT_BACKOFF
+    if backoff is False or backoff is None:
+        return None
+    if not isinstance(backoff, ScheduleBackoff):
+        raise ConfigError(
+            f"schedule {name!r}: backoff={backoff!r}; give a ScheduleBackoff(...), True "
+            "(the default policy) or False (none)"
+        )
+    return backoff
 
 
 def _repeated_wall_time(moment: datetime, zone: ZoneInfo) -> bool:
