@@ -532,7 +532,10 @@ def test_the_task_page_shows_status_timeline_arguments_and_result(site: Site, ta
     page = tab.go(f"/task?id={quote(failed.id)}")
     expect(page.locator("[data-field=status]")).to_have_text("failed")
     expect(page.locator("[data-field=error]")).to_contain_text("card declined for order 8")
-    expect(page.get_by_role("link", name="of dash.fail")).to_be_visible()
+    entry = site.rds.xrange(d.app.keys("default").dead, count=1)[0][0].decode()
+    expect(page.locator("[data-field=dead-letter]")).to_have_attribute(
+        "href", f"/queues/default/dead/{entry}"
+    )
 
     page = tab.go(f"/task?id={quote(waiting.id)}")
     expect(page.locator("[data-field=status]")).to_have_text("queued")
@@ -550,6 +553,32 @@ def test_the_task_page_shows_status_timeline_arguments_and_result(site: Site, ta
     expect(page.locator("[data-problem]")).to_contain_text("is not a Tether task id")
     page = tab.go("/queues/nope", status=404)
     expect(page.locator("[data-error='404']")).to_contain_text("queue 'nope' is unknown")
+
+
+def test_a_failed_tasks_page_shows_its_dead_letter_its_arguments_and_every_attempt(
+    site: Site, tab: Tab
+) -> None:
+    failed = site.do(site.dash.fail.options(retries=2).enqueue_sync, 17)
+    site.worker("dash-f", concurrency=1)
+    wait_until(lambda: site.dead_count() == 1, timeout=30)
+    entry = site.rds.xrange(site.dash.app.keys("default").dead, count=1)[0][0].decode()
+
+    page = tab.go(f"/task?id={quote(failed.id)}")
+    expect(page.locator("[data-field=status]")).to_have_text("failed")
+    # The payload is gone with the run; the dead letter kept it.
+    expect(page.locator("[data-field=args]")).to_contain_text("17")
+    expect(page.locator("[data-field=args-source]")).to_contain_text("From its dead letter")
+    # The two attempts before the last: that they raised and were retried is all that is kept.
+    for n in (1, 2):
+        event = page.locator(f"[data-event='attempt {n}']")
+        expect(event).to_contain_text("raised and was retried; its error is not kept")
+    expect(page.locator("[data-event=failed]")).to_contain_text("attempt 3")
+    expect(page.locator("[data-field=error]")).to_contain_text("card declined for order 17")
+    expect(page.get_by_role("heading", name="Error")).to_contain_text("of attempt 3, the last")
+    # Its own letter, not every letter of the task.
+    page.locator("[data-field=dead-letter]").click()
+    page.wait_for_url(f"{site.base}/queues/default/dead/{entry}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text(entry)
 
 
 def test_the_workers_and_statistics_pages(site: Site, tab: Tab) -> None:

@@ -314,6 +314,12 @@ class TaskInfo(_ToDict):
     started_at: datetime | None = None
     """For a running task: when its worker took it, by the server's clock (with
     ``max_pending`` above ``concurrency`` it may have waited in the worker's buffer)."""
+    dead_letter: str | None = None
+    """For a failed or dead task: the entry id of its dead letter, while it is there (its
+    arguments come from it once the task's payload is gone)."""
+    deliveries: int | None = None
+    """For a failed or dead task: how many times its last attempt was delivered, from its
+    dead letter (more than one: a worker was lost and another took the attempt over)."""
 
 
 @dataclass(frozen=True)

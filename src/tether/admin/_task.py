@@ -1,7 +1,14 @@
 """One task by its id: its status (read by the ``status`` script, in one consistent step),
 then what is still there to show: its payload (while queued, running or delayed), when a
-running task was delivered to its worker, and its outcome record. A fixed number of
-commands, whatever the queue holds."""
+running task was delivered to its worker, its outcome record, and for a failed or dead task
+its dead letter (which keeps the payload, so its arguments). A fixed number of commands,
+whatever the queue holds.
+
+What each attempt leaves: the outcome record is one key per task, written by every attempt
+over the one before (a retry's record holds that attempt's error until the next attempt
+ends), and the dead letter holds the last attempt's error, its payload and how many times
+that attempt's entry was delivered. The errors of the attempts before the last are kept
+nowhere, so a task's page can say how many there were, not what they raised."""
 
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from ..producer._lifecycle import keys_for
 from ..protocol import scripts
 from ..protocol._codecs import parse_index_value, parse_scheduled, payload_of
 from ..protocol._envelope import BadEnvelope, Envelope
-from ..protocol._keys import GROUP, entry_of_task_id
+from ..protocol._keys import GROUP, QueueKeys, entry_of_task_id
 from ._models import TaskError, TaskInfo, from_ms, utc
 from ._replies import CLOCK, detached, server_ms, value
 
@@ -69,6 +76,10 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
     status = text(record.get("status", "")) if reply.state == "record" else reply.state
     error = record.get("error")
     fields = _Fields(keys.result(task_id), record)
+    letter = None
+    if status in ("failed", "dead"):
+        letter = await _dead_letter(core, keys, task_id, fields.whole("finished_ms"))
+        env = env or (_decode(core, letter.payload) if letter else None)
     return TaskInfo(
         id=task_id,
         queue=keys.queue,
@@ -91,7 +102,52 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
         )
         if isinstance(error, dict)
         else None,
+        dead_letter=letter.entry_id if letter else None,
+        deliveries=letter.deliveries if letter else None,
     )
+
+
+LETTER_SEARCH_BEFORE_MS = 60_000
+LETTER_SEARCH_AFTER_MS = 600_000
+"""Where a task's dead letter is looked for, around the finish time of its record: the
+record's time is the worker's clock before the settle, the letter's id the server's clock
+at it (a skewed clock, a slow settle)."""
+LETTER_SEARCH_COUNT = 500
+"""Letters read at most to find it: a burst of failures may hide it (then none is shown)."""
+
+
+@dataclass(frozen=True)
+class _Letter:
+    entry_id: str
+    payload: bytes
+    deliveries: int | None
+
+
+async def _dead_letter(
+    core: Core, keys: QueueKeys, task_id: str, finished_ms: int | None
+) -> _Letter | None:
+    """The dead letter of the attempt the record tells of: of this task, the nearest to its
+    finish time, in one bounded read (the stream has no index by task id). None without a
+    finish time (a record of an earlier release), or when it was retried or purged."""
+    if not finished_ms:
+        return None
+    client: Any = core.client
+    start = max(0, finished_ms - LETTER_SEARCH_BEFORE_MS)
+    rows = await client.xrange(
+        keys.dead, str(start), str(finished_ms + LETTER_SEARCH_AFTER_MS), count=LETTER_SEARCH_COUNT
+    )
+    wanted = task_id.encode()
+    found = [(text(entry_id), fields) for entry_id, fields in rows if fields.get(b"id") == wanted]
+    if not found:
+        return None
+    entry_id, fields = min(found, key=lambda row: abs(_ms_of(row[0]) - finished_ms))
+    raw = fields.get(b"deliveries", b"")
+    deliveries = int(raw) if raw.isdigit() else None
+    return _Letter(entry_id, fields.get(b"m", b""), deliveries)
+
+
+def _ms_of(entry_id: str) -> int:
+    return int(entry_id.partition("-")[0])
 
 
 def _record(core: Core, key: str, raw: bytes) -> dict[str, Any]:

@@ -42,7 +42,8 @@ class Event:
     label: str
     at: datetime | None
     state: str
-    """'done', 'pending' (not yet), 'good' or 'bad' (the outcome)."""
+    """'done', 'pending' (not yet), 'good' or 'bad' (the outcome), 'retried' (an attempt
+    that raised and was retried, of which no time is kept)."""
     note: str = ""
 
 
@@ -55,6 +56,22 @@ def enqueued_at(info: TaskInfo) -> datetime | None:
     return from_ms(int(derived[1].partition("-")[0])) if derived else None
 
 
+EACH_ATTEMPT_UP_TO = 10
+"""Earlier attempts listed one by one; more are one line."""
+NOT_KEPT = "raised and was retried; its error is not kept (each attempt's record replaces " \
+    "the one before)"  # fmt: skip
+
+
+def earlier_attempts(last: int) -> list[Event]:
+    """The attempts before the last one of a task that ended: that they raised and were
+    retried is all that is kept of them (no time, no error: see tether.admin._task)."""
+    if last <= 1:
+        return []
+    if last - 1 > EACH_ATTEMPT_UP_TO:
+        return [Event(f"Attempts 1 to {last - 1}", None, "retried", f"each {NOT_KEPT}")]
+    return [Event(f"Attempt {n}", None, "retried", NOT_KEPT) for n in range(1, last)]
+
+
 def timeline(info: TaskInfo) -> list[Event]:
     events = [Event("Enqueued", enqueued_at(info), "done", f"priority {info.priority}"
                     if info.priority else "")]  # fmt: skip
@@ -65,7 +82,11 @@ def timeline(info: TaskInfo) -> list[Event]:
         events.append(Event("Started", info.started_at, "done", f"on worker {info.worker}"))
         events.append(Event("Finished", None, "pending", "running now"))
     elif info.status in FINAL:
+        events += earlier_attempts(info.attempt or 1)
         attempt = f"attempt {info.attempt}" if info.attempt else ""
+        delivered = info.deliveries or 0
+        if delivered > 1:
+            attempt += f" (delivered {delivered} times: a worker was lost and another took it)"
         if info.started_at is not None:  # outcome records written by this release say when
             events.append(Event("Started", info.started_at, "done", attempt))
         events.append(Event(info.status.capitalize(), info.finished_at, FINAL[info.status],
