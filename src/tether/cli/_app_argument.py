@@ -4,7 +4,7 @@ so neither guess a user makes fails.
 
 Some commands take ids after the app (``tether task status [APP] TASK_ID``, ``tether dead
 retry [APP] [ID]...``) and the app may be left out there: the first positional word is then
-read as an id when it cannot be an app."""
+read as an id when it cannot be an app (before a list of ids, the app is ``module:attribute``)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ._common import F
 
 _APP_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
 """``module`` or ``module:attribute`` (dotted): what :func:`load_app` imports."""
+_HEX_ID = re.compile(r"^[0-9a-f]{32}")
 
 
 APP_HELP = (
@@ -30,11 +31,12 @@ APP_HELP = (
 
 
 def could_be_app(word: str) -> bool:
-    """``word`` names a module (and attribute) and is no entry id or task id: an id such as
-    ``default:<32 hex digits>`` has the shape of ``module:attribute`` and is an id."""
-    from ..dead import is_entry_id, is_task_id
-
-    return bool(_APP_SPEC.match(word)) and not (is_entry_id(word) or is_task_id(word))
+    """``word`` names a module (and attribute), and is no entry id or task id. A task id's
+    shape is loose (``<queue>:<token>``, for taskiq's ids too), so ``module:attribute`` is one;
+    Tether's and taskiq's ids are ``<queue>:<32 hex digits>[...]`` or ``<queue>:<N>-<entry
+    id>``, which no attribute name matches but the first."""
+    _, _, attribute = word.partition(":")
+    return bool(_APP_SPEC.match(word)) and not _HEX_ID.match(attribute)
 
 
 def app_argument(
@@ -80,8 +82,10 @@ def _give_back(kwargs: dict[str, Any], then: str, word: str) -> str | None:
     """The first positional word went to APP: hand it to ``then`` when it is that
     parameter's. Returns what is left for the app."""
     following = kwargs[then]
-    if isinstance(following, tuple):  # ids, any number: an id is never an app
-        if could_be_app(word):
+    if isinstance(following, tuple):  # any number of ids: the app is module:attribute there
+        # A bare word (``nonsense``) is more likely a mistyped id than a module: the id's
+        # check then names both forms of an id, where an import error would mislead.
+        if ":" in word and could_be_app(word):
             return word
         kwargs[then] = (word, *following)
         return None
