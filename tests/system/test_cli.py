@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import pytest
 import redis
 from click.testing import CliRunner
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 from tether import WorkerSettings, __version__
 from tether.base._settings import help_of
 from tether.cli import main
+from tether.cli._worker import for_terminal
 
 from ..helpers import ROOT, WorkerProcess, wait_until
 
@@ -55,11 +57,35 @@ def test_worker_help_shows_each_settings_help_from_its_field() -> None:
     assert result.exit_code == 0, result.output
     shown = "".join(result.output.split())
     for field in dataclasses.fields(WorkerSettings):
-        text = help_of(field)
+        text = for_terminal(help_of(field))
         assert text, f"WorkerSettings.{field.name} has no help"
         assert "--" + field.name.replace("_", "-") in result.output, field.name
         assert "".join(text.split()) in shown, f"--{field.name}: {text!r} is not shown"
     assert "--connect-timeout" not in result.output
+
+
+def _every_command(group: click.Group, path: list[str]) -> list[list[str]]:
+    found = []
+    for name, command in group.commands.items():
+        found.append([*path, name])
+        if isinstance(command, click.Group):
+            found += _every_command(command, [*path, name])
+    return found
+
+
+@pytest.mark.parametrize("command", _every_command(main, []), ids=" ".join)
+def test_help_is_written_for_a_terminal(command: list[str]) -> None:
+    """click prints help as written: no reStructuredText markup (``concurrency`` read so in
+    tether worker --help), and a choice's default shown as the choice list spells it (the list
+    said [debug|info|warning|error] and the default INFO)."""
+    shown = CliRunner().invoke(main, [*command, "--help"], terminal_width=100)
+    assert shown.exit_code == 0, shown.output
+    assert "``" not in shown.output
+    for choices, default in re.findall(r"\[([\w|]+)\]\s+\[default: (\w+)\]", shown.output):
+        assert default in choices.split("|"), (choices, default)
+    if command == ["worker"]:
+        assert "Defaults to --concurrency." in " ".join(shown.output.split())
+        assert "[debug|info|warning|error]" in shown.output
 
 
 def test_worker_names_the_new_name_of_a_renamed_setting() -> None:

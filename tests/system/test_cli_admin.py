@@ -19,6 +19,7 @@ from tether import Tether
 from tether.base._settings import WorkerSettings, default_of, help_of
 from tether.cli import main
 from tether.cli._dead import SHOWN_PAYLOAD
+from tether.cli._worker import for_terminal
 from tether.dead import DeadLetter
 from tether.protocol._keys import SchedulerKeys
 from tether.scheduler import Scheduler
@@ -50,7 +51,7 @@ def test_worker_options_are_the_settings_fields_with_their_defaults() -> None:
         expected = default_of(field)
         expected = ",".join(expected) if isinstance(expected, tuple) else expected
         assert default == expected, field.name
-        assert params[field.name].help == help_of(field) != "", f"--{field.name}: its help"
+        assert params[field.name].help == for_terminal(help_of(field)) != "", field.name
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -89,8 +89,11 @@ def test_the_help_shows_the_app_as_the_first_argument(command: str) -> None:
     assert "--app" not in shown.output  # the alias works, and one form is documented
 
 
-@pytest.mark.parametrize("command", ["worker", "web", "schedules", "scheduler",
-                                     "exporter --port 1", "info", "check --name w", "dead list"])  # fmt: skip
+TWICE = ["worker", "web", "schedules", "scheduler", "exporter --port 1", "info", "check --name w",
+         "dead list"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", TWICE)
 def test_an_app_given_twice_differently_is_a_usage_error(command: str) -> None:
     done = CliRunner().invoke(main, [*command.split(), "a.b:app", "--app", "c.d:app"])
     assert done.exit_code == 2

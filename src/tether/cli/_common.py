@@ -127,9 +127,11 @@ def _one_line(exc: BaseException) -> str:
 
 log_level_option = click.option(
     "--log-level",
-    default="INFO",
+    default="info",
     show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    # In the case click shows the list in, so the default reads as one of them; any case is
+    # accepted (--log-level DEBUG too).
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
 )
 """``--log-level`` of every command that runs until stopped."""
 

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -46,7 +47,7 @@ def settings_options(fn: F) -> F:
         names = [flag, _SHORT[field.name]] if field.name in _SHORT else [flag]
         default = default_of(field)
         kind = _click_type(hints[field.name])
-        help_text = help_of(field)
+        help_text = for_terminal(help_of(field))
         if kind is bool:
             names = [f"{flag}/--no-{flag[2:]}"]
             option = click.option(*names, field.name, default=default, help=help_text)
@@ -64,6 +65,19 @@ def settings_options(fn: F) -> F:
     for old, (new, _) in WorkerSettings._renamed.items():
         fn = _renamed_option(old, new)(fn)
     return fn
+
+
+def for_terminal(text: str) -> str:
+    """A setting's help as a terminal shows it: click prints the text as written, so the
+    reStructuredText the docs render (``concurrency``) becomes what a user types there: a
+    setting's option (--concurrency), else the bare words."""
+    options = {f.name for f in dataclasses.fields(WorkerSettings)}
+
+    def plain(code: re.Match[str]) -> str:
+        word = code[1]
+        return "--" + word.replace("_", "-") if word in options else word
+
+    return re.sub(r"``([^`]+)``", plain, text)
 
 
 def _renamed_option(old: str, new: str) -> Callable[[F], F]:
