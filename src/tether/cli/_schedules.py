@@ -14,7 +14,7 @@ from ._common import connection_options, console, log_level_option, open_app, ru
 
 if TYPE_CHECKING:
     from .._app import Tether
-    from ..scheduler._control import ScheduleInfo, Schedules
+    from ..scheduler._control import ScheduleInfo, Schedules, TickRecord
 
 
 @click.command()
@@ -26,6 +26,19 @@ if TYPE_CHECKING:
 @click.option(
     "--remove", "to_remove", multiple=True, metavar="NAME", help="Remove a runtime schedule."
 )
+@click.option(
+    "--reset-backoff",
+    "to_reset",
+    multiple=True,
+    metavar="NAME",
+    help="End a schedule's failure backoff: its next tick runs.",
+)
+@click.option(
+    "--ticks",
+    "ticks_of",
+    metavar="NAME",
+    help="Show a schedule's latest ticks and run outcomes (its tick log) instead of the list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
 def schedules(
     app_spec: str,
@@ -35,19 +48,25 @@ def schedules(
     to_resume: tuple[str, ...],
     to_trigger: tuple[str, ...],
     to_remove: tuple[str, ...],
+    to_reset: tuple[str, ...],
+    ticks_of: str | None,
     as_json: bool,
 ) -> None:
-    """List APP's schedules with their next run, last run, last outcome and last error, and
-    the leader; pause, resume, trigger or remove schedules."""
+    """List APP's schedules with their next run, last run, last outcome, failure backoff and
+    last error, and the leader; pause, resume, trigger, reset a backoff or remove
+    schedules."""
     from ..scheduler._control import describe
 
     app = open_app(app_spec, url, namespace)
+    if ticks_of is not None:
+        _print_ticks(app, ticks_of, as_json)
+        return
 
     async def work(
         a: Tether,
     ) -> tuple[list[str], str | None, list[ScheduleInfo], dict[str, str]]:
         control = a.schedules
-        done = await _apply(control, to_pause, to_resume, to_trigger, to_remove)
+        done = await _apply(control, to_pause, to_resume, to_trigger, to_remove, to_reset)
         return done, await control.leader(), await control.list(), await control.invalid()
 
     done, leader, infos, invalid = run(app, work)
@@ -61,7 +80,7 @@ def schedules(
         return
     table = Table(title=f"schedules (leader: {leader or 'none'})")
     columns = ("name", "task", "when", "source", "state", "next run (UTC)", "last run (UTC)")
-    for column in (*columns, "last outcome", "last error"):
+    for column in (*columns, "last outcome", "backoff", "last error"):
         table.add_column(column, overflow="fold")
     for info in infos:
         row = describe(info)
@@ -69,10 +88,10 @@ def schedules(
             row["name"], row["task"], row["spec"], row["source"],
             "paused" if info.paused else "active",
             _short(info.next_run), _short(info.last_run), row["last_outcome"] or "",
-            info.error or "",
+            _backoff_text(info), info.error or "",
         )  # fmt: skip
     for name, reason in invalid.items():
-        table.add_row(name, "", "", "runtime", "invalid", "", "", "", reason)
+        table.add_row(name, "", "", "runtime", "invalid", "", "", "", "", reason)
     console.print(table)
 
 
@@ -82,6 +101,7 @@ async def _apply(
     to_resume: tuple[str, ...],
     to_trigger: tuple[str, ...],
     to_remove: tuple[str, ...],
+    to_reset: tuple[str, ...] = (),
 ) -> list[str]:
     done: list[str] = []
     for name in to_pause:
@@ -91,8 +111,22 @@ async def _apply(
         await control.resume(name)
         done.append(f"resumed {name}")
     for name in to_trigger:
+        state = await control.backoff(name)
         handle = await control.trigger(name)
-        done.append(f"triggered {name}: {handle.id}")
+        line = f"triggered {name}: {handle.id}"
+        if state is not None and state.resting():
+            line += (
+                f" (through its backoff: {state.failures} failed in a row, resting until "
+                f"{_short(state.until)} UTC)"
+            )
+        done.append(line)
+    for name in to_reset:
+        reset = await control.reset_backoff(name)
+        done.append(
+            f"backoff of {name} ended: its next tick runs"
+            if reset
+            else f"{name} was not in backoff"
+        )
     for name in to_remove:
         removed = await control.remove(name)
         done.append(f"removed {name}" if removed else f"no runtime schedule {name}")
@@ -101,6 +135,42 @@ async def _apply(
 
 def _short(moment: Any) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else ""
+
+
+def _backoff_text(info: ScheduleInfo) -> str:
+    state = info.backoff
+    if state is None:
+        return ""
+    runs = f"{state.failures} failed in a row"
+    if state.resting():
+        return f"{runs}; skipped until {_short(state.until)}"
+    return runs
+
+
+def _print_ticks(app: Tether, name: str, as_json: bool) -> None:
+    async def read(a: Tether) -> list[TickRecord]:
+        return await a.schedules.ticks(name, 100)
+
+    records = run(app, read)
+    if as_json:
+        for r in records:
+            click.echo(json.dumps({
+                "at": r.at.isoformat(), "tick": r.tick.isoformat() if r.tick else None,
+                "outcome": r.outcome, "task_id": r.task_id, "failures": r.failures,
+                "until": r.until.isoformat() if r.until else None,
+            }))  # fmt: skip
+        return
+    table = Table(title=f"ticks of {name}, newest first")
+    for column in ("recorded (UTC)", "tick (UTC)", "outcome", "task", "backoff"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        backoff = ""
+        if r.failures is not None and r.until is not None:
+            backoff = f"{r.failures} failed in a row; until {_short(r.until)}"
+        table.add_row(
+            _short(r.at), _short(r.tick) or "by hand", r.outcome, r.task_id or "", backoff
+        )
+    console.print(table)
 
 
 @click.command()

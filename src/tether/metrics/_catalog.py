@@ -212,6 +212,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "deployment",
     ),
     MetricSpec(
+        "tether_schedules_in_backoff", "gauge", (),
+        "Schedules resting after failed runs: their ticks are skipped until the backoff "
+        "ends (a success or a reset ends it).",
+        "deployment",
+    ),
+    MetricSpec(
         "tether_unreadable_records_total", "counter", ("kind",),
         "Records in Redis this process's readers skipped because they could not parse them "
         "(not what Tether writes), by kind: worker, statistics, queue, delayed, task, "

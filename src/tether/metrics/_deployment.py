@@ -25,6 +25,7 @@ from ..admin import Overview, Stats
 from ..base import _unreadable
 from ..base._faults import describe_error
 from ..base._settings import PRIORITIES
+from ..scheduler import Schedules
 from ._catalog import spec
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def _per_queue(name: str) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, spec(name).help, labels=spec(name).labels)
 
 
-def families(overview: Overview) -> list[Metric]:
+def families(overview: Overview, in_backoff: int = 0) -> list[Metric]:
     """The deployment's families from an overview of every known queue."""
     depth = _per_queue("tether_queue_depth")
     running = _per_queue("tether_queue_running")
@@ -73,6 +74,7 @@ def families(overview: Overview) -> list[Metric]:
         paused,
         _gauge("tether_workers", overview.workers),
         _gauge("tether_scheduler_leader", 1 if overview.scheduler_leader else 0),
+        _gauge("tether_schedules_in_backoff", in_backoff),
         unreadable(),
     ]
 
@@ -91,7 +93,9 @@ async def read(app: Core, timeout: float = READ_TIMEOUT) -> list[Metric]:
     ``timeout`` seconds (the reason is logged on the ``tether.metrics`` logger)."""
     started = time.monotonic()
     try:
-        overview = await asyncio.wait_for(Stats(app).overview(), timeout)
+        overview, resting = await asyncio.wait_for(
+            asyncio.gather(Stats(app).overview(), Schedules(app).resting()), timeout
+        )
     except asyncio.TimeoutError:
         log.warning("scrape: reading %s took more than %gs", app.target.redacted, timeout)
         return _down(started)
@@ -101,7 +105,7 @@ async def read(app: Core, timeout: float = READ_TIMEOUT) -> list[Metric]:
     return [
         _gauge("tether_up", 1),
         _gauge("tether_read_duration_seconds", time.monotonic() - started),
-        *families(overview),
+        *families(overview, len(resting)),
     ]
 
 

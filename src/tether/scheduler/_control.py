@@ -277,6 +277,20 @@ class Schedules:
         raw: Any = await self.app.client.hget(self.app.keys(schedule.queue).backoff, name)
         return _backoff_state(raw, datetime.now(timezone.utc))
 
+    async def resting(self) -> dict[str, BackoffState]:
+        """The schedules whose ticks are skipped now, after failed runs: name -> state."""
+        schedules = await self.all()
+        raw: list[Any] = await asyncio.gather(
+            *(self.app.client.hget(self.app.keys(s.queue).backoff, s.name) for s in schedules)
+        )
+        now = datetime.now(timezone.utc)
+        out: dict[str, BackoffState] = {}
+        for schedule, value in zip(schedules, raw, strict=True):
+            state = _backoff_state(value, now) if schedule.backoff else None
+            if state is not None and state.resting(now):
+                out[schedule.name] = state
+        return out
+
     async def reset_backoff(self, name: str) -> bool:
         """End the schedule's backoff now: its next tick runs. False when it had none."""
         schedule = await self._get(name)

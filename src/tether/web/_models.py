@@ -170,6 +170,15 @@ class RanNow(BaseModel):
     """'now': a worker's next maintenance pass moves it into its stream."""
 
 
+class ScheduleBackoffOut(BaseModel):
+    failures: int
+    """Runs in a row that ended in final failure."""
+    until: datetime
+    """Ticks due before this time are skipped."""
+    resting: bool
+    """Whether ticks are skipped now."""
+
+
 class ScheduleOut(BaseModel):
     name: str
     task: str
@@ -184,6 +193,8 @@ class ScheduleOut(BaseModel):
     last_task_id: str | None
     last_outcome: str | None
     error: str | None
+    backoff: ScheduleBackoffOut | None = None
+    """Set while its runs fail: its ticks are skipped until ``backoff.until``."""
 
 
 class SchedulePage(_Page):
@@ -196,3 +207,8 @@ class ScheduleControl(BaseModel):
     task_id: str | None = None
     """The run enqueued by a trigger."""
     removed: bool | None = None
+    backoff_until: datetime | None = None
+    """Trigger: set when the run was enqueued during the schedule's backoff (the rest it
+    went through). Reset: when the rest that was ended would have ended."""
+    backoff_reset: bool | None = None
+    """Reset: whether the schedule was in backoff."""

@@ -1,4 +1,4 @@
-"""Schedules: list, pause, resume, trigger, remove."""
+"""Schedules: list, pause, resume, trigger, reset a backoff, remove."""
 
 from typing import Annotated
 
@@ -8,7 +8,7 @@ from ...scheduler import ScheduleInfo, Schedules
 from .._context import WebContext
 from .._errors import CONFLICT, NOT_FOUND, NotApplicable, TetherRoute
 from .._guard import audit
-from .._models import ScheduleControl, ScheduleOut, SchedulePage
+from .._models import ScheduleBackoffOut, ScheduleControl, ScheduleOut, SchedulePage
 from .._params import DEFAULT, Cursor, Limit, writer
 
 ScheduleName = Annotated[str, Path(min_length=1, max_length=200, description="A schedule name.")]
@@ -21,6 +21,10 @@ def _out(info: ScheduleInfo) -> ScheduleOut:
         source=info.source, paused=info.paused, next_run=info.next_run,
         last_run=info.last_run, last_task_id=info.last_task_id,
         last_outcome=info.last_outcome, error=info.error,
+        backoff=None if info.backoff is None else ScheduleBackoffOut(
+            failures=info.backoff.failures, until=info.backoff.until,
+            resting=info.backoff.resting(),
+        ),
     )  # fmt: skip
 
 
@@ -62,12 +66,34 @@ def routes(ctx: WebContext) -> APIRouter:
         """Enqueue a run now, outside the schedule's ticks (409 when this app does not know
         the schedule's task)."""
         schedules = await existing(name)
+        state = await schedules.backoff(name)
         try:
             handle = await schedules.trigger(name)
         except ValueError as exc:  # the task is not registered in this app
             raise NotApplicable(str(exc)) from None
-        audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id])
-        return ScheduleControl(name=name, task_id=handle.id)
+        resting = state is not None and state.resting()
+        audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id], in_backoff=resting)
+        return ScheduleControl(
+            name=name, task_id=handle.id, backoff_until=state.until if resting and state else None
+        )
+
+    @api.post(
+        "/schedules/{name:path}/reset-backoff",
+        response_model=ScheduleControl,
+        responses=NOT_FOUND,
+    )
+    async def reset_backoff(
+        who: Annotated[str, Depends(write)], name: ScheduleName
+    ) -> ScheduleControl:
+        """End the schedule's failure backoff: its next tick runs (``backoff_reset`` says
+        whether it was in backoff)."""
+        schedules = await existing(name)
+        state = await schedules.backoff(name)
+        reset = await schedules.reset_backoff(name)
+        audit(who, "schedule.reset_backoff", ids=[name], reset=reset)
+        return ScheduleControl(
+            name=name, backoff_reset=reset, backoff_until=state.until if state else None
+        )
 
     @api.delete(
         "/schedules/{name:path}",

@@ -1,7 +1,8 @@
-"""Schedules: each one's next run, last run and last outcome, paused or not, the last error
-the scheduler met firing it; pause, resume, trigger. Names go in the form, not the path:
-a schedule name may hold any character."""
+"""Schedules: each one's next run, last run and last outcome, paused or not, in backoff or
+not, the last error the scheduler met firing it; pause, resume, trigger, reset a backoff.
+Names go in the form, not the path: a schedule name may hold any character."""
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -45,19 +46,11 @@ def routes(ctx: WebContext) -> APIRouter:
         try:
             if await schedules.get(name) is None:
                 raise LookupError(f"no schedule named {name!r}")
-            if action == "pause":
-                await schedules.pause(name)
-                words = f"Schedule {name} paused: its ticks are skipped until it is resumed."
-            elif action == "resume":
-                await schedules.resume(name)
-                words = f"Schedule {name} resumed."
-            else:
-                handle = await schedules.trigger(name)
-                audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id])
-                return back(request, target, f"Schedule {name} triggered: task {handle.id}.")
+            words = await _ACTIONS[action](schedules, name, who)
         except (TetherError, LookupError) as exc:
-            return back(request, target, f"Could not {action} {name!r}: {exc}", ok=False)
-        audit(who, f"schedule.{action}", ids=[name])
+            return back(
+                request, target, f"Could not {action.replace('-', ' ')} {name!r}: {exc}", ok=False
+            )
         return back(request, target, words)
 
     @page(pages, "/schedules/pause", methods=("POST",))
@@ -72,4 +65,51 @@ def routes(ctx: WebContext) -> APIRouter:
     async def trigger(request: Request, who: Annotated[str, Depends(write)]) -> Response:
         return await act(request, who, "trigger")
 
+    @page(pages, "/schedules/reset-backoff", methods=("POST",))
+    async def reset_backoff(request: Request, who: Annotated[str, Depends(write)]) -> Response:
+        return await act(request, who, "reset-backoff")
+
     return pages
+
+
+async def _pause(schedules: Schedules, name: str, who: str) -> str:
+    await schedules.pause(name)
+    audit(who, "schedule.pause", ids=[name])
+    return f"Schedule {name} paused: its ticks are skipped until it is resumed."
+
+
+async def _resume(schedules: Schedules, name: str, who: str) -> str:
+    await schedules.resume(name)
+    audit(who, "schedule.resume", ids=[name])
+    return f"Schedule {name} resumed."
+
+
+async def _trigger(schedules: Schedules, name: str, who: str) -> str:
+    state = await schedules.backoff(name)
+    handle = await schedules.trigger(name)
+    resting = state is not None and state.resting()
+    audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id], in_backoff=resting)
+    words = f"Schedule {name} triggered: task {handle.id}."
+    if resting and state is not None:
+        words += (
+            f" It ran through the schedule's backoff ({state.failures} failed "
+            f"run{'' if state.failures == 1 else 's'} in a row); the backoff stays until a "
+            "run succeeds."
+        )
+    return words
+
+
+async def _reset_backoff(schedules: Schedules, name: str, who: str) -> str:
+    reset = await schedules.reset_backoff(name)
+    audit(who, "schedule.reset_backoff", ids=[name], reset=reset)
+    if reset:
+        return f"Schedule {name}: backoff ended, its next tick runs."
+    return f"Schedule {name} was not in backoff."
+
+
+_ACTIONS: dict[str, Callable[[Schedules, str, str], Awaitable[str]]] = {
+    "pause": _pause,
+    "resume": _resume,
+    "trigger": _trigger,
+    "reset-backoff": _reset_backoff,
+}
