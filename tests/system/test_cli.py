@@ -119,7 +119,10 @@ def test_worker_process_logs_its_limits_and_stops_on_sigterm(
     proc.signal(signal.SIGTERM)
     assert proc.wait(20) == 0
     log = proc.log()
-    assert "serving queues default,other" in log
+    # The start line names the namespace: a worker started under the wrong one serves
+    # queues that look right and never sees its tasks.
+    started = "serving queues default,other (priorities high>normal>low) of namespace"
+    assert f"{started} '{namespace}'" in log
     assert "concurrency=7 max_pending=7" in log
     assert "worker w-cli stopped" in log
     assert rds.exists(proc.lease_key()) == 0

@@ -218,12 +218,13 @@ class Worker:
     def _log_start(self, server: str) -> None:
         s = self.settings
         log.info(
-            "worker %s serving queues %s (priorities %s) on %s (%s): concurrency=%d "
-            "max_pending=%d heartbeat %.2fs/ttl %.2fs reclaim every %.2fs max_deliveries=%d "
-            "shutdown_grace=%.1fs%s",
-            self.name, ",".join(s.queues), ">".join(PRIORITIES), self.app.target.redacted,
-            server, s.concurrency, s.pending_limit, s.heartbeat_interval, s.heartbeat_ttl,
-            s.reclaim_interval, s.max_deliveries, s.shutdown_grace, " burst" if s.burst else "",
+            "worker %s serving queues %s (priorities %s) of namespace %r on %s (%s): "
+            "concurrency=%d max_pending=%d heartbeat %.2fs/ttl %.2fs reclaim every %.2fs "
+            "max_deliveries=%d shutdown_grace=%.1fs%s",
+            self.name, ",".join(s.queues), ">".join(PRIORITIES), self.app.namespace,
+            self.app.target.redacted, server, s.concurrency, s.pending_limit,
+            s.heartbeat_interval, s.heartbeat_ttl, s.reclaim_interval, s.max_deliveries,
+            s.shutdown_grace, " burst" if s.burst else "",
         )  # fmt: skip
 
     # -- serving ------------------------------------------------------------------------
