@@ -9,6 +9,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,8 +17,10 @@ import redis
 from tether import ScheduleBackoff, Tether
 from tether.protocol._keys import QueueKeys
 from tether.scheduler import Scheduler, TickRecord
+from tether.scheduler._control import tick_record
 
-from ..helpers import eventually, running_worker
+from ..helpers import WorkerProcess, eventually, running_worker, wait_until
+from .test_scheduler import SchedulerProcess
 
 pytestmark = pytest.mark.compat  # the tick and settle scripts, on every server kind
 
@@ -215,3 +218,59 @@ async def test_backoff_off_fires_every_tick_and_the_state_is_forgotten(
 
         await eventually(ran_again, timeout=5)
         assert time.monotonic() - started < 5
+
+
+@pytest.mark.primary_kind  # timed, with processes; its scripts run on both kinds above
+def test_a_leader_killed_mid_backoff_leaves_the_rest_to_the_next_leader(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """Two scheduler processes and a worker process: the schedule fails and rests 4 s; the
+    leader is SIGKILLed during the rest; the new leader skips the rest's remaining ticks and
+    the next failure counts as the second in a row (the rest doubles)."""
+    leader_key = f"{{{namespace}:scheduler}}:leader"
+    keys = QueueKeys.of(namespace, "default")
+    schedulers = [
+        SchedulerProcess(url, namespace, tmp_path, n, app="tests.apps.sched_failing:app")
+        for n in range(2)
+    ]
+    try:
+        workers.append(
+            WorkerProcess(
+                url,
+                namespace,
+                "w1",
+                app="tests.apps.sched_failing:app",
+                log_dir=tmp_path,
+                extra=["--no-scheduler"],
+            )
+        )
+        state = wait_until(lambda: _state(rds, keys), timeout=20)
+        assert state[0] == 1
+        leader = rds.get(leader_key)
+        assert leader is not None
+        victim = next(p for p in schedulers if p.holds(leader))
+        victim.kill()
+        killed_at = datetime.now(timezone.utc)
+        wait_until(lambda: rds.get(leader_key) not in (None, leader), timeout=10)
+        # The rest ends; the next tick runs, fails, and the rest doubles.
+        second = wait_until(lambda: (s := _state(rds, keys)) and s[0] == 2 and s, timeout=20)
+        assert second[1] - second[2] == pytest.approx(8000, abs=100)
+    finally:
+        for proc in schedulers:
+            proc.close()
+    log = rds.xrevrange(keys.tick_log("failing-beat"))
+    records = [tick_record(entry_id, fields) for entry_id, fields in log]  # newest first
+    skipped = check_rests(records)
+    assert skipped[0] >= 6, skipped  # a 4 s rest of half-second ticks
+    after_kill = [r for r in records if r.outcome == "backoff" and r.at > killed_at]
+    assert after_kill, "the new leader skipped none of the rest's ticks"
+    assert all(r.failures == 1 for r in after_kill)
+
+
+def _state(rds: redis.Redis, keys: QueueKeys) -> tuple[int, int, int] | None:
+    """(failures, until ms, when it was written in ms) of the schedule's backoff."""
+    raw = rds.hget(keys.backoff, "failing-beat")
+    if raw is None:
+        return None
+    failures, until, forget = (int(p) for p in raw.split(b"|"))
+    return failures, until, forget - 86_400_000

@@ -39,7 +39,9 @@ def enqueued_ticks(
 
 
 class SchedulerProcess:
-    def __init__(self, url: str, namespace: str, log_dir: Path, n: int) -> None:
+    def __init__(
+        self, url: str, namespace: str, log_dir: Path, n: int, app: str = "tests.apps.sched:app"
+    ) -> None:
         import os
         import subprocess
 
@@ -52,7 +54,7 @@ class SchedulerProcess:
         self.log_path = log_dir / f"scheduler-{n}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in kill
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tether", "scheduler", "tests.apps.sched:app",
+            [sys.executable, "-m", "tether", "scheduler", app,
              "--loop-interval", "0.1", "--leader-ttl", "1.0"],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
         )  # fmt: skip

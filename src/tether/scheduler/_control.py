@@ -304,7 +304,7 @@ class Schedules:
         key = self.app.keys(schedule.queue).tick_log(name)
         raw: Any = await self.app.client.xrevrange(key, count=max(1, min(limit, 1000)))
         records = (
-            parsed("schedule", f"{key} entry {text(entry_id)}", partial(_tick_record, entry_id, f))
+            parsed("schedule", f"{key} entry {text(entry_id)}", partial(tick_record, entry_id, f))
             for entry_id, f in raw
         )
         return [r for r in records if r is not None]
@@ -459,7 +459,7 @@ def _backoff_state(raw: bytes | None, now: datetime) -> BackoffState | None:
     return BackoffState(failures, _dt(until) or now, forget_at)
 
 
-def _tick_record(entry_id: Any, fields: Any) -> TickRecord:
+def tick_record(entry_id: Any, fields: Any) -> TickRecord:
     values = {text(k): text(v) for k, v in fields.items()}
     at_ms = int(text(entry_id).partition("-")[0])
     tick = values.get("tick") or ""
