@@ -89,6 +89,21 @@ def test_django_tasks_run_on_a_tether_worker(
     check_scenario(out, worker.pid)
     # Django's signals fired in the worker, as with Django's own backends.
     assert "path=shop.tasks.add state=SUCCESSFUL" in worker.log()
+    check_logged_once(worker.log(), "django_tasks")
+
+
+def check_logged_once(log: str, framework: str) -> None:
+    """The worker's log says each thing once: its start line, and a failed task's traceback
+    (Django's record keeps it; the worker's line points at it). The start line was logged
+    twice (the app was built at each of the loader's two lookups), and a traceback twice
+    (Django's logger.exception and the worker's warning)."""
+    assert log.count("Django tasks (") == 1, log
+    assert log.count(" serving queues default,emails ") == 1, log
+    assert log.count("Traceback (most recent call last)") == 1, log
+    failed = [line for line in log.splitlines() if "shop.tasks.explode" in line]
+    assert "state=FAILED" in failed[-2], log  # Django's record, with the traceback below it
+    assert f"ValueError: no ink (traceback: the {framework} line above)" in failed[-1], log
+    assert log.count("ValueError: no ink") == 2  # the worker's line and the traceback's end
 
 
 # -- in-process: the mapping, bad input ---------------------------------------------------
@@ -430,3 +445,4 @@ def test_django_6_runs_the_same_project(
     assert out["backport"] is False and out["django"].startswith("6.")
     assert out["python"][0] == 3 and out["python"][1] >= 12
     check_scenario(out, worker.pid)
+    check_logged_once(worker.log(), "django.tasks")

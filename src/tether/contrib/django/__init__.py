@@ -32,7 +32,10 @@ else:
 
     def __getattr__(name: str) -> Any:
         if name == "app":
-            return worker_app()
+            # Built once and kept: the CLI's loader asks twice (hasattr, then getattr), and
+            # each build set Django up again and logged its line again.
+            built = globals()["app"] = worker_app()
+            return built
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

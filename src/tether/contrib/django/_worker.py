@@ -29,6 +29,7 @@ from ._compat import (
     task_started,
 )
 from ._compat import Task as DjangoTask
+from ._logging import one_traceback_per_failure
 
 log = logging.getLogger("tether.contrib.django")
 
@@ -60,6 +61,7 @@ def worker_app(alias: str | None = None) -> Tether:
         app.task_loaders.append(DjangoTasks(app))
     # Import every app's tasks module now, so a broken one fails at start, not mid-run.
     autodiscover_modules("tasks")
+    one_traceback_per_failure()
     log.info("Django tasks (%s) of backend %r run on %r", FRAMEWORK, backend.alias, app)
     return app
 
