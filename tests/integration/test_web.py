@@ -6,12 +6,14 @@ later is covered by the 401 and read-only checks without anyone remembering to."
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -136,6 +138,31 @@ async def test_a_wrong_bearer_token_is_told_apart_from_none(base: str) -> None:
                 "error": "invalid_token",
             }
             assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+
+
+async def test_one_task_id_rule_and_message_for_the_api_and_the_pages(
+    client: httpx.AsyncClient,
+) -> None:
+    """A short id, a cut one (as a list once showed them) and a stream entry id are
+    malformed (422) in the API and on the task page alike, with the same words; a
+    well-formed id of no task is unknown (404)."""
+    rule = "a task id is its queue, a colon and the id proper: a plain enqueue's stream"
+    for bad, words in (("default:cea5cc", "is not a task id"),
+                       ("default:9f2c4e\u2026", "is cut short: copy the whole task id"),
+                       ("default:9f2c4e...", "is cut short"),
+                       ("1732870000000-0", "is not a task id")):  # fmt: skip
+        api = await client.get(f"/api/tasks/{quote(bad, safe='')}")
+        assert api.status_code == 422, (bad, api.text)
+        (item,) = api.json()["detail"]
+        assert words in item["msg"] and rule in item["msg"], item
+        page = await client.get("/task", params={"id": bad})
+        assert page.status_code == 422, bad
+        assert item["msg"] in html.unescape(page.text), bad
+        cancel = await client.post(f"/api/tasks/{quote(bad, safe='')}/cancel")
+        assert cancel.status_code == 422 and cancel.json()["detail"][0]["msg"] == item["msg"]
+    for unknown in ("default:" + "0" * 32, "default:2-1-0", "default:some-taskiq-id.1a2b3c4d"):
+        assert (await client.get(f"/api/tasks/{quote(unknown, safe='')}")).status_code == 404
+        assert (await client.get("/task", params={"id": unknown})).status_code == 404
 
 
 async def test_read_only_answers_403_to_every_write(server_app: ops.Ops) -> None:

@@ -550,7 +550,9 @@ def test_the_task_page_shows_status_timeline_arguments_and_result(site: Site, ta
     page = tab.go("/task?id=default:" + "0" * 32, status=404)
     expect(page.locator("[data-problem]")).to_contain_text("is unknown")
     page = tab.go("/task?id=not-a-task-id", status=422)
-    expect(page.locator("[data-problem]")).to_contain_text("is not a Tether task id")
+    expect(page.locator("[data-problem]")).to_contain_text(
+        "is not a task id: a task id is its queue, a colon"
+    )
     page = tab.go("/queues/nope", status=404)
     expect(page.locator("[data-error='404']")).to_contain_text("queue 'nope' is unknown")
 
@@ -622,6 +624,45 @@ def test_the_workers_and_statistics_pages(site: Site, tab: Tab) -> None:
     page.select_option("#queue", "mail")  # submits itself
     page.wait_for_url(re.compile(r"queue=mail"))
     expect(page.locator("td.empty")).to_contain_text("No attempt ended")
+
+
+def test_at_1024_px_nothing_is_clipped_names_wrap_between_words_and_times_are_utc(
+    site: Site, tab: Tab
+) -> None:
+    """A fleet's long names: the scheduler card and the workers' counters show whole at
+    1024 px, a task name breaks only after its separators, task ids are shown whole, and
+    the live clock says UTC in 24-hour time like every other time of the dashboard."""
+    d = site.dash
+    long_name = "billing-worker-eu-west-1a.internal.example-7f9c2b1d"
+    site.worker(long_name, queues="default,mail", concurrency=2)
+    site.do(d.ok.enqueue_many_sync, [(i,) for i in range(3)])
+    later = site.do(d.ok.options(delay=600).enqueue_sync, 1)
+    wait_until(lambda: site.queue().depth == 0, timeout=20)
+
+    def clipped(locator: Any) -> list[str]:
+        return [box.evaluate("e => e.tagName + ' ' + e.scrollWidth + ' > ' + e.clientWidth")
+                for box in locator.all()
+                if box.evaluate("e => e.scrollWidth > e.clientWidth + 1")]  # fmt: skip
+
+    page = tab.go("/")
+    leader = page.locator("[data-total='leader']")
+    expect(leader).to_contain_text(long_name)
+    assert clipped(page.locator(".card .value")) == []
+    expect(page.locator("[data-live-status]")).to_have_text(
+        re.compile(r"updated \d\d:\d\d:\d\d UTC$"), timeout=10_000
+    )
+    page = tab.go("/workers")
+    assert clipped(page.locator(".table-wrap")) == []
+    for name in ("Succeeded", "Failed", "Retried"):
+        expect(page.get_by_role("columnheader", name=name)).to_be_in_viewport()
+    page = tab.go("/queues/default/scheduled")
+    shown = page.locator(f"tr[data-task-id='{later.id}'] a.task-id")
+    expect(shown).to_have_text(later.id)  # whole: no ellipsis a copy would keep
+    assert shown.evaluate("e => getComputedStyle(e).textOverflow") != "ellipsis"
+    page = tab.go("/stats")
+    name = page.locator("tr[data-task='dash.ok'][data-window='3600'] td.name")
+    assert name.inner_html() == "dash.<wbr>ok"
+    assert name.evaluate("e => getComputedStyle(e).overflowWrap") == "break-word"
 
 
 # -- other ways to serve and to see it ----------------------------------------------------

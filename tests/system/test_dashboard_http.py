@@ -172,7 +172,8 @@ async def test_statistics_rates_cover_the_time_with_data_and_retries_show_apart_
               f"dash.fail|w{bucket(20)}": 5}  # fmt: skip
     for minute in (now - 4, now):
         for key in (keys.stats_minute(minute), keys.stats_hour(minute // 60)):
-            rds.hset(key, mapping=fields)
+            for name, amount in fields.items():
+                rds.hincrby(key, name, amount)  # the hour of both minutes adds them up
             rds.expire(key, 7200)
     async with app:
         (day,) = await Stats(app).tasks("default", window=86400)

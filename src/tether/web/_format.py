@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any
+
+from markupsafe import Markup, escape
 
 DASH = "\u2013"  # an en dash
 
@@ -150,6 +153,15 @@ def pretty_text(text: str) -> str:
         return text
 
 
+_NAME_BREAKS = re.compile(r"([._:/-])")
+
+
+def breakable(name: str) -> Markup:
+    """A task name that wraps only after its separators (``billing.<wbr>send_<wbr>invoice``)
+    when its cell is narrow, never in the middle of a word."""
+    return Markup(_NAME_BREAKS.sub(r"\1<wbr>", str(escape(name))))
+
+
 FILTERS = {
     "count": count,
     "rate": rate,
@@ -159,4 +171,5 @@ FILTERS = {
     "utc": utc,
     "pretty": pretty,
     "pretty_text": pretty_text,
+    "breakable": breakable,
 }

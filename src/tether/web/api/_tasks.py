@@ -13,13 +13,15 @@ from .._format import shallow
 from .._guard import audit
 from .._models import QUEUE_PATTERN, Cancelled, RanNow, TaskStatsPage
 from .._params import DEFAULT, Cursor, Limit, writer
+from .._task_ids import check_task_id
 
 TaskId = Annotated[
     str,
     Path(
         min_length=3,
         max_length=300,
-        description="A task id: <queue>:<32 hex digits> or <queue>:<stream index>-<entry id>.",
+        description="A task id: <queue>:<stream index>-<entry id>, <queue>:<32 hex digits> "
+        "or <queue>:<taskiq id>.<8 hex digits>; anything else is answered 422.",
     ),
 ]
 
@@ -34,7 +36,7 @@ def routes(ctx: WebContext) -> APIRouter:
         """Where the task is (queued, scheduled, running, retrying, succeeded, failed,
         dead, cancelled), its attempt, arguments, and its result or error. Arguments and
         results nested deeper than 64 levels show a marker in their place."""
-        info = await (await ctx.stats()).task(task_id)
+        info = await (await ctx.stats()).task(check_task_id(task_id))
         return replace(info, args=shallow(info.args), kwargs=shallow(info.kwargs),
                        result=shallow(info.result))  # fmt: skip
 
@@ -44,7 +46,7 @@ def routes(ctx: WebContext) -> APIRouter:
     async def cancel_task(who: Annotated[str, Depends(write)], task_id: TaskId) -> Cancelled:
         """Cancel the task: a queued or delayed one is removed; a running async one is
         cancelled at its next await; a running plain function cannot be (not_cancellable)."""
-        result = await cancel(await ctx.core(), task_id)
+        result = await cancel(await ctx.core(), check_task_id(task_id))
         audit(who, "task.cancel", ids=[task_id], result=result.value)
         return Cancelled(task_id=task_id, result=result.value)
 
@@ -58,7 +60,7 @@ def routes(ctx: WebContext) -> APIRouter:
         """Make a delayed task (scheduled, or a retry in its backoff) due now: a worker
         starts it within one maintenance pass. 409 when it is not waiting for its time."""
         app = await ctx.core()
-        status = (await (await ctx.stats()).task(task_id)).status  # 404 when unknown
+        status = (await (await ctx.stats()).task(check_task_id(task_id))).status  # 404 unknown
         if not await run_now(app, task_id):
             raise NotApplicable(f"task {task_id} is {status}, not waiting for its due time")
         audit(who, "task.run_now", ids=[task_id])

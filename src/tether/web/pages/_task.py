@@ -15,10 +15,11 @@ from ...admin._models import from_ms
 from ...base._errors import ConfigError, TaskNotFound, TetherError
 from ...base._status import CancelResult
 from ...producer._lifecycle import cancel
-from ...protocol._keys import clipped, entry_of_task_id, queue_of_task_id, task_id_problem
+from ...protocol._keys import clipped, entry_of_task_id
 from .._context import WebContext
 from .._guard import audit
 from .._params import writer
+from .._task_ids import check_task_id
 from ._render import back, form_value, page, render, route_class
 
 CANCELLABLE = frozenset({"queued", "scheduled", "running", "retrying"})
@@ -97,13 +98,9 @@ def timeline(info: TaskInfo) -> list[Event]:
 
 
 def checked(task_id: str) -> str:
-    """A posted task id, or :class:`ConfigError` saying why it is malformed. A form field
-    has no length limit: the message names it cut short (it travels in a cookie)."""
-    try:
-        queue_of_task_id(task_id)
-    except ValueError:
-        raise ConfigError(task_id_problem(task_id)) from None
-    return task_id
+    """A posted task id, or :class:`ConfigError` saying why it is malformed (the rule and
+    the message of the API: :mod:`tether.web._task_ids`)."""
+    return check_task_id(task_id)
 
 
 def routes(ctx: WebContext) -> APIRouter:
@@ -120,7 +117,7 @@ def routes(ctx: WebContext) -> APIRouter:
         status = 200
         if task_id:
             try:
-                info = await (await ctx.stats()).task(task_id.strip())
+                info = await (await ctx.stats()).task(checked(task_id.strip()))
             except ConfigError as exc:
                 context["problem"], status = str(exc), 422
             except TaskNotFound as exc:

@@ -18,9 +18,9 @@
     } catch (e) { /* private mode: the choice lasts for this page only */ }
   }
 
+  // The pages give every time in UTC, 24-hour (tether.web._format.utc): so does this one.
   function clock() {
-    var now = new Date();
-    return now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    return new Date().toISOString().slice(11, 19) + " UTC";
   }
 
   // -- live refresh: fetch the region's fragment every few seconds, never two at once ---
