@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 
-from tether import EnqueueError, SerializationError, TaskStatus, Tether
+from tether import (
+    EnqueueError,
+    InvalidArguments,
+    SerializationError,
+    SyncTask,
+    TaskStatus,
+    Tether,
+)
+from tether.base._embedded import free_port
 from tether.protocol._keys import QueueKeys
 
+from ..chaos._proxy import Proxy
 from ..helpers import running_worker
 
 pytestmark = pytest.mark.compat  # on every server kind: see tests/compat.py
@@ -93,10 +106,17 @@ async def test_arguments_that_do_not_fit_the_signature_are_refused(
     async def pair(x: int, y: int) -> int:
         return x + y
 
-    with pytest.raises(EnqueueError, match="task 'pair': missing a required argument: 'y'"):
+    # InvalidArguments: a call that cannot succeed as it is, caught apart from a server that
+    # failed the call; still an EnqueueError (and a TypeError, as a wrong call is in Python).
+    with pytest.raises(InvalidArguments, match="task 'pair': missing a required argument: 'y'"):
         await pair.enqueue(1)  # type: ignore[call-arg]
-    with pytest.raises(EnqueueError, match="unexpected keyword argument 'z'"):
-        await pair.enqueue(1, 2, z=3)  # type: ignore[call-arg]
+    with pytest.raises(InvalidArguments, match="unexpected keyword argument 'z'") as caught:
+        await asyncio.to_thread(pair.enqueue_sync, 1, 2, z=3)  # type: ignore[call-arg]
+    assert isinstance(caught.value, EnqueueError) and isinstance(caught.value, TypeError)
+    with pytest.raises(InvalidArguments, match="enqueue_many takes tuples of arguments"):
+        await pair.enqueue_many([[1, 2]])  # type: ignore[list-item]
+    with pytest.raises(InvalidArguments, match=r"argument 'y' \(set\)"):
+        await pair.enqueue(1, {2})  # type: ignore[arg-type]
     assert rds.exists(*QueueKeys.of(app.namespace, "default").streams) == 0
 
 
@@ -113,9 +133,8 @@ async def test_enqueue_without_open_app_is_a_clear_error(url: str, namespace: st
 
 
 async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: str) -> None:
-    """Producers used to get raw redis-py errors."""
-    from tether.base._embedded import free_port
-
+    """Producers used to get raw redis-py errors. A refused connection sent nothing, so the
+    error says nothing was enqueued (it said "may or may not have been enqueued")."""
     app = Tether(f"redis://127.0.0.1:{free_port()}/0", namespace=namespace, connect_timeout=0.2)
 
     @app.task
@@ -124,10 +143,107 @@ async def test_enqueue_to_an_unreachable_server_raises_a_clear_error(namespace: 
     async with app:
         with pytest.raises(EnqueueError, match="cannot reach the server at") as caught:
             await job.enqueue(1)
-    assert "may or may not have been enqueued (give a dedup key to retry safely)" in str(
-        caught.value
-    )
+    assert str(caught.value).endswith("; no connection was made, so nothing was enqueued")
+    assert "may or may not" not in str(caught.value)
     assert caught.value.cause is not None
+    assert not isinstance(caught.value, InvalidArguments)  # the server failed the call
+    # The blocking path, its one-XADD fast path and a batch say the same.
+    for enqueue in (
+        lambda: job.enqueue_sync(1),
+        lambda: job.options(delay=60).enqueue_sync(1),
+        lambda: job.enqueue_many_sync([(1,), (2,)]),
+    ):
+        with pytest.raises(EnqueueError, match="no connection was made, so nothing was enqueued"):
+            await asyncio.to_thread(enqueue)
+    app.close_sync()
+
+
+class StopsListeningOnACut(Proxy):
+    """A proxy that stops accepting connections when it cuts one (as a server that dies
+    does): the client's retries after the cut are refused."""
+
+    def _drop(self, pair: Any) -> None:
+        self.stop_listening()
+        super()._drop(pair)
+
+    def stop_listening(self) -> None:
+        self._stopped = True
+        # shutdown() wakes the thread blocked in accept(); close() alone leaves the socket
+        # listening until that accept() returns, and it would take the retry's connection.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+
+
+async def enqueue(task: SyncTask[[int], None], i: int, blocking: bool) -> None:
+    """``task.enqueue_sync(i)`` from a thread (this one runs the test's loop), or the
+    asyncio ``task.enqueue(i)``."""
+    if blocking:
+        await asyncio.to_thread(task.enqueue_sync, i)
+    else:
+        await task.enqueue(i)
+
+
+def _port(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
+async def test_a_reply_lost_then_refused_retries_may_have_enqueued(
+    url: str, namespace: str, rds: redis.Redis, blocking: bool
+) -> None:
+    """The command reached the server and its reply was lost; the client's retries were
+    refused. The last error is "connection refused" as for a server never reached, but the
+    task was written, so the error must not say nothing was enqueued."""
+    proxy = StopsListeningOnACut(_port(url))
+    app = Tether(proxy.url(), namespace=namespace, connect_timeout=0.5)
+
+    @app.task(name="job")
+    def job(i: int) -> None: ...
+
+    try:
+        async with app:
+            await enqueue(job, 0, blocking)  # the pool holds a connection through the proxy
+            proxy.cut_on(b"XADD", lose="reply")
+            with pytest.raises(EnqueueError, match=r"Connection refused|Connect call failed") as e:
+                await enqueue(job, 1, blocking)
+    finally:
+        app.close_sync()
+        proxy.close()
+    assert str(e.value).endswith(
+        "; it may or may not have been enqueued (give a dedup key to retry safely)"
+    )
+    stream = QueueKeys.of(namespace, "default").streams[1]
+    assert rds.xlen(stream) == 2  # it was: the hedge is the truth
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
+async def test_a_server_gone_after_connecting_refuses_with_nothing_enqueued(
+    url: str, namespace: str, rds: redis.Redis, blocking: bool
+) -> None:
+    """The pooled connection is dead and a new one is refused: the client finds out while
+    renewing the connection, before it sends the command."""
+    proxy = StopsListeningOnACut(_port(url))
+    app = Tether(proxy.url(), namespace=namespace, connect_timeout=0.5)
+
+    @app.task(name="job")
+    def job(i: int) -> None: ...
+
+    try:
+        async with app:
+            await enqueue(job, 0, blocking)
+            proxy.stop_listening()
+            proxy.cut()
+            await asyncio.sleep(0.2)  # the loop learns the pooled connection ended (a while ago)
+            with pytest.raises(EnqueueError) as caught:
+                await enqueue(job, 1, blocking)
+    finally:
+        app.close_sync()
+        proxy.close()
+    assert str(caught.value).endswith("; no connection was made, so nothing was enqueued")
+    assert rds.xlen(QueueKeys.of(namespace, "default").streams[1]) == 1
 
 
 async def test_the_scripts_write_the_value_formats_the_codecs_read(app: Tether) -> None:

@@ -4,6 +4,7 @@ through its test client, both against a real server and a real worker."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import os
@@ -26,6 +27,7 @@ from tether import ConfigError, WorkerSettings
 from tether.base._embedded import free_port
 from tether.contrib.fastapi import TetherApp, lifespan
 
+from ..docs.test_docs import blocks
 from ..helpers import ROOT, WorkerProcess
 
 # -- FastAPI, under uvicorn ---------------------------------------------------------------
@@ -127,13 +129,19 @@ async def test_fastapi_with_a_separate_worker(
         workers.append(worker)
         worker.wait_ready(rds)
         done = await wait_done(client, task_id)
-        assert done == {"id": task_id, "status": "succeeded",
-                        "result": "welcome sent to ann@example.com"}  # fmt: skip
-        # Bad ids answer 4xx with a JSON error, never 500.
+        assert done == {"status": "succeeded", "result": "welcome sent to ann@example.com"}
+        # Bad ids answer 4xx with a JSON error, never 500: 422 for a string that is no task
+        # id (app.handle() raised ConfigError, which the recipe let through as a 500), 404 for
+        # an id no task has.
         bad = await client.get("/tasks/not-an-id")
-        assert bad.status_code == 400 and "not a Tether task id" in bad.json()["detail"]
+        assert bad.status_code == 422 and "not a Tether task id" in bad.json()["detail"]
         missing = await client.get("/tasks/default:" + "0" * 32)
         assert missing.status_code == 404
+        # Arguments that do not fit the task: 422 naming the problem, not 503 or 500.
+        wrong = await client.post("/add", json={"x": 1, "z": 2})
+        assert wrong.status_code == 422
+        detail = wrong.json()["detail"]
+        assert detail == "task 'tests.apps.web_fastapi.add': missing a required argument: 'y'"
     server.stop()
 
 
@@ -144,7 +152,7 @@ async def test_fastapi_with_an_in_process_worker(
     gracefully and uvicorn exits cleanly."""
     server = serve("tests.apps.web_fastapi:api_with_worker")
     async with httpx.AsyncClient(base_url=server.base) as client:
-        replies = [await client.post("/add", params={"x": i, "y": i}) for i in range(20)]
+        replies = [await client.post("/add", json={"x": i, "y": i}) for i in range(20)]
         ids = [r.json()["task_id"] for r in replies]
         results = [(await wait_done(client, task_id))["result"] for task_id in ids]
         assert results == [2 * i for i in range(20)]
@@ -182,12 +190,36 @@ async def test_fastapi_through_an_asgi_client(url: str, namespace: str) -> None:
     async with LifespanManager(api) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            task_id = (await client.post("/add", params={"x": 2, "y": 3})).json()["task_id"]
+            task_id = (await client.post("/add", json={"x": 2, "y": 3})).json()["task_id"]
             assert (await wait_done(client, task_id))["result"] == 5
             warm_id = (await client.get("/warm")).json()
             assert warm_id == started[0]
             assert (await wait_done(client, warm_id))["result"] == 42
     assert not app.is_open  # the lifespan's end closed it
+
+
+async def test_fastapi_answers_503_only_for_a_server_that_failed_the_call(
+    namespace: str,
+) -> None:
+    """A server that refuses connections: the enqueue answers 503 and says nothing was
+    enqueued; arguments that do not fit still answer 422 and a malformed id 422 (neither
+    needs the server)."""
+    from tests.apps.web_fastapi import app, routes
+
+    app.configure(url=f"redis://127.0.0.1:{free_port()}/0", namespace=namespace)
+    api = routes(FastAPI(lifespan=lifespan(app)))
+    async with LifespanManager(api) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            down = await client.post("/add", json={"x": 1, "y": 2})
+            wrong = await client.post("/add", json={"x": 1, "y": 2, "z": 3})
+            malformed = await client.get("/tasks/favicon.ico")
+    assert down.status_code == 503, down.text
+    assert "cannot reach the server" in down.json()["detail"]
+    assert down.json()["detail"].endswith("no connection was made, so nothing was enqueued")
+    assert wrong.status_code == 422, wrong.text
+    assert "unexpected keyword argument 'z'" in wrong.json()["detail"]
+    assert malformed.status_code == 422, malformed.text
 
 
 async def test_fastapi_without_the_lifespan_says_what_is_missing() -> None:
@@ -231,8 +263,17 @@ def test_flask_enqueues_with_the_blocking_api(
     report = client.post("/reports/2026")
     assert report.status_code == 202
     assert client.get(f"/tasks/{ids[0]}").get_json() == {"status": "queued"}
-    assert client.post("/signup", json={}).status_code == 400
-    assert client.get("/tasks/zzz").status_code == 400
+    # Bad requests answer 4xx, never 500 or 503: a body that is no JSON object 400; fields
+    # that do not fit the task 422 (InvalidArguments; the recipe answered every EnqueueError
+    # with 503 "the server is down"); a string that is no task id 422 (app.handle() raised
+    # ConfigError, a 500); an id no task has 404.
+    assert client.post("/signup", data="ann").status_code == 400
+    wrong = client.post("/signup", json={"mail": "ann@x"})
+    assert wrong.status_code == 422
+    assert "missing a required argument: 'email'" in wrong.get_json()["error"]
+    assert client.post("/signup", json={"email": "a@x", "cc": "b@x"}).status_code == 422
+    assert client.get("/tasks/zzz").status_code == 422
+    assert client.get("/tasks/default:" + "0" * 32).status_code == 404
 
     worker = WorkerProcess(
         url, namespace, "flask-worker", app="tests.apps.web_flask_reports:app",
@@ -244,3 +285,56 @@ def test_flask_enqueues_with_the_blocking_api(
     assert [r["result"] for r in results] == [f"welcome sent to u{i}@x" for i in range(40)]
     built = client.get(f"/tasks/{report.get_json()['task_id']}?wait=20").get_json()
     assert built == {"status": "succeeded", "result": "report 2026"}
+
+
+def test_flask_answers_503_only_for_a_server_that_failed_the_call(namespace: str) -> None:
+    from tests.apps import web_flask
+
+    web_flask.app.close_sync()
+    web_flask.app.configure(url=f"redis://127.0.0.1:{free_port()}/0", namespace=namespace)
+    client = web_flask.web.test_client()
+    try:
+        down = client.post("/signup", json={"email": "ann@example.com"})
+        wrong = client.post("/signup", json={"email": "ann@example.com", "cc": "bob"})
+    finally:
+        web_flask.app.close_sync()
+    assert down.status_code == 503
+    assert down.get_json()["error"].endswith("no connection was made, so nothing was enqueued")
+    assert wrong.status_code == 422
+    assert "unexpected keyword argument 'cc'" in wrong.get_json()["error"]
+
+
+# -- the recipes in the docs are the apps above --------------------------------------------
+
+
+def _recipe(marker: str) -> ast.Module:
+    """The Python block of docs/producers.md that holds ``marker``, parsed."""
+    found = [code for where, _, code in blocks() if where.startswith("producers.md#")]
+    chosen = [code for code in found if marker in code]
+    assert len(chosen) == 1, marker
+    return ast.parse(chosen[0])
+
+
+def _decorated(tree: ast.AST) -> dict[str, str]:
+    """Each decorated function (the views and the tasks), nested or not, by name: its syntax
+    tree with its decorators, so layout and comments aside it is the same code."""
+    return {
+        node.name: ast.dump(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list
+    }
+
+
+@pytest.mark.parametrize(
+    ("marker", "module"), [("FastAPI(lifespan=", "web_fastapi"), ("Flask(__name__)", "web_flask")]
+)
+def test_the_recipes_in_the_docs_are_the_apps_the_tests_run(marker: str, module: str) -> None:
+    """docs/producers.md runs its recipes (tests/docs) for one request of each kind; the tests
+    above serve the same views under uvicorn, a real worker and 8 threads. The views and
+    tasks the page shows must be the code these tests serve, or a fix to one misses the
+    other (the recipes answered 500 for a malformed id, which the test apps did not)."""
+    shown = _decorated(_recipe(marker))
+    served = _decorated(ast.parse((ROOT / "tests" / "apps" / f"{module}.py").read_text()))
+    assert len(shown) >= 3, sorted(shown)  # the task and the two views
+    differing = [name for name, code in shown.items() if served.get(name) != code]
+    assert not differing, f"docs/producers.md and tests/apps/{module}.py differ in {differing}"

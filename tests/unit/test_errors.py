@@ -11,6 +11,7 @@ import tether
 from tether import (
     ArgumentSerializationError,
     EnqueueError,
+    InvalidArguments,
     ResultSerializationError,
     SerializationError,
     TaskTimeout,
@@ -31,6 +32,18 @@ def test_an_unencodable_argument_is_an_enqueue_error_and_a_serialization_error()
     assert issubclass(ArgumentSerializationError, EnqueueError)
     assert issubclass(ArgumentSerializationError, SerializationError)
     assert issubclass(ArgumentSerializationError, TypeError)  # as SerializationError was
+
+
+def test_invalid_arguments_are_an_enqueue_error_caught_apart_from_the_server_failing() -> None:
+    """A web view answers ``InvalidArguments`` with a 422 and any other ``EnqueueError`` with
+    a 503; code that catches ``EnqueueError`` catches both, as before."""
+    assert issubclass(InvalidArguments, EnqueueError)
+    assert issubclass(InvalidArguments, TypeError)  # as a wrong call of the function is
+    assert issubclass(ArgumentSerializationError, InvalidArguments)
+    assert ArgumentSerializationError.__mro__.index(SerializationError) < (
+        ArgumentSerializationError.__mro__.index(InvalidArguments)
+    )
+    assert InvalidArguments.__module__ == "tether"  # recorded by its public name
 
 
 def test_an_unencodable_result_is_a_serialization_error_but_no_enqueue_error() -> None:
@@ -66,5 +79,6 @@ def test_a_timeout_is_a_timeout_error_that_remembers_a_kept_slot() -> None:
 
 
 def test_the_public_errors_are_exported() -> None:
-    for name in ("ArgumentSerializationError", "ResultSerializationError", "TaskTimeout"):
+    names = ("ArgumentSerializationError", "InvalidArguments", "ResultSerializationError")
+    for name in (*names, "TaskTimeout"):
         assert name in tether.__all__

@@ -3,10 +3,13 @@
     TetherError
     ├── ConfigError                     a setting or URL is invalid (raised at start-up)
     ├── ServerError                     the Redis server cannot be used (too old, wrong mode)
-    ├── EnqueueError                    a task could not be enqueued; nothing was written
-    │   └── ArgumentSerializationError  an argument cannot be encoded by the serializer
+    ├── EnqueueError                    a task could not be enqueued (the message says whether
+    │   │                               anything may have been written)
+    │   └── InvalidArguments            the call's arguments are wrong: nothing was written, and
+    │       │                           the same call fails again (a TypeError too)
+    │       └── ArgumentSerializationError  an argument cannot be encoded by the serializer
     ├── SerializationError              a value cannot go through the serializer (either kind)
-    │   ├── ArgumentSerializationError  (the same class: an enqueue error too)
+    │   ├── ArgumentSerializationError  (the same class: invalid arguments too)
     │   └── ResultSerializationError    a task's result cannot be encoded
     ├── TaskNotFound                    no task with that id is known (never existed or expired)
     ├── QueueNotFound                   no queue of that name is known (nothing names it)
@@ -43,10 +46,22 @@ class ServerError(TetherError):
 
 class EnqueueError(TetherError):
     """A task could not be enqueued; the message names the cause and says whether anything
-    may have been written (a connection lost mid-command leaves that unknown)."""
+    may have been written (a connection lost mid-command leaves that unknown).
+
+    Its subclass :class:`InvalidArguments` is a call that cannot succeed as it is; any other
+    ``EnqueueError`` is the server (or the way to it) failing the call, which may succeed
+    later: a web view answers the first with a 422 and the rest with a 503."""
 
     cause: BaseException | None = None
     """The underlying error of the server or the network, if any."""
+
+
+class InvalidArguments(EnqueueError, TypeError):
+    """The arguments of an enqueue are wrong: they do not fit the task's signature (a
+    missing or unexpected argument), or the serializer cannot encode one of them
+    (:class:`ArgumentSerializationError`). Nothing was written, and the same call fails
+    again whatever the server's state. A :class:`TypeError`, as a wrong call of the
+    function itself is, and an :class:`EnqueueError`, as it always was."""
 
 
 class SerializationError(TetherError, TypeError):
@@ -55,9 +70,10 @@ class SerializationError(TetherError, TypeError):
     :class:`ResultSerializationError` (a task's result)."""
 
 
-class ArgumentSerializationError(SerializationError, EnqueueError):
+class ArgumentSerializationError(SerializationError, InvalidArguments):
     """An argument cannot be encoded, so the task was not enqueued. The message names the
-    task and the argument. An :class:`EnqueueError` too: nothing was written."""
+    task and the argument. :class:`InvalidArguments` (and so an :class:`EnqueueError`) too:
+    nothing was written."""
 
 
 class ResultSerializationError(SerializationError):
@@ -171,7 +187,7 @@ class RateLimited(Exception):
 # name, ``tether.EnqueueError``, not by the module that happens to define it: a name read
 # back months later must not change when the code moves.
 for _public in (
-    TetherError, ConfigError, ServerError, EnqueueError, SerializationError,
+    TetherError, ConfigError, ServerError, EnqueueError, InvalidArguments, SerializationError,
     ArgumentSerializationError, TaskNotFound, QueueNotFound, ResultTimeout, NotOpen,
     BlockingCallError, TaskFailed, Retry, RateLimited,
 ):  # fmt: skip

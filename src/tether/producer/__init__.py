@@ -14,7 +14,6 @@ from ._enqueue import (
     Step,
     Write,
     encode,
-    enqueue_error,
     execute,
     execute_sync,
     handles_of,
@@ -22,6 +21,7 @@ from ._enqueue import (
     scripted_steps,
     write_of,
 )
+from ._failure import enqueue_error
 
 __all__ = [
     "CHUNK",

@@ -22,7 +22,6 @@ from redis.cluster import RedisCluster
 
 from ..base._blocking import refuse_on_loop
 from ..base._errors import ArgumentSerializationError, EnqueueError
-from ..base._faults import Fault, classify, describe_error, is_pool_exhausted
 from ..base._middleware import Middleware, call_hooks, call_hooks_sync, overrides
 from ..base._settings import PRIORITIES
 from ..protocol import scripts
@@ -34,6 +33,7 @@ from ..protocol._envelope import (
     plain_encoder,
 )
 from ..protocol._keys import QueueKeys, derived_task_id
+from ._failure import enqueue_error
 from ._handle import TaskHandle
 
 if TYPE_CHECKING:
@@ -550,25 +550,6 @@ def _check_replicas(core: Core, acked: int) -> None:
         )
 
 
-def enqueue_error(core: Core, task: str, exc: BaseException) -> EnqueueError:
-    """A clear EnqueueError naming the cause, for any error of the server or the network."""
-    cause = describe_error(exc, core.target.redacted)
-    if (
-        classify(exc, core.target.redacted) is Fault.TRANSIENT
-        and not isinstance(exc, redis.exceptions.ResponseError)
-        and not is_pool_exhausted(exc)
-    ):
-        # The command may have reached the server before the connection failed (a reply,
-        # BUSY or CLUSTERDOWN say, is a refusal, and a pool with no free connection sent
-        # nothing: nothing was written).
-        outcome = "it may or may not have been enqueued (give a dedup key to retry safely)"
-    else:
-        outcome = "nothing was enqueued"
-    error = EnqueueError(f"task {task!r} could not be enqueued: {cause}; {outcome}")
-    error.cause = exc
-    return error
-
-
 def _envelope_options(opts: CallOptions) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if opts.timeout is not None:
@@ -588,7 +569,7 @@ def _envelope_options(opts: CallOptions) -> dict[str, Any]:
 
 def _serialization_error(
     serializer: Serializer, task: str, bound: Mapping[str, Any], exc: Exception
-) -> EnqueueError:
+) -> ArgumentSerializationError:
     found = find_unserializable(serializer, bound)
     if found is None:
         return ArgumentSerializationError(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 from typing_extensions import Self
 
 from ..base._config import TaskConfig, check_retries, check_timeout
-from ..base._errors import ConfigError, EnqueueError
+from ..base._errors import ConfigError, InvalidArguments
 from ..base._limits import check_limit_key
 from ..base._settings import check_name, check_priority, seconds
 from . import _enqueue
@@ -218,7 +218,7 @@ class Task(Generic[P, R]):
             elif isinstance(item, tuple):
                 items.append((item, {}))
             else:
-                raise EnqueueError(
+                raise InvalidArguments(
                     f"task {self.name!r}: enqueue_many takes tuples of arguments or "
                     f"task.call(...) items, not {type(item).__name__}"
                 )
@@ -241,7 +241,7 @@ class Task(Generic[P, R]):
         try:
             arguments = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise EnqueueError(f"task {self.name!r}: {exc}") from None
+            raise InvalidArguments(f"task {self.name!r}: {exc}") from None
         return dict(arguments.arguments)
 
 
