@@ -90,9 +90,8 @@ async def test_the_api_shows_and_resets_a_backoff_and_the_gauge_counts_it(
                 assert again["backoff_reset"] is False
                 missing = await client.post("/api/schedules/no-such/reset-backoff")
                 assert missing.status_code == 404 and "no-such" in missing.json()["detail"]
-                anonymous = await httpx.AsyncClient(base_url=base).post(
-                    f"/api/schedules/{NAME}/reset-backoff"
-                )
+                async with httpx.AsyncClient(base_url=base) as stranger:
+                    anonymous = await stranger.post(f"/api/schedules/{NAME}/reset-backoff")
                 assert anonymous.status_code == 401
         served = failing_app(valkey_url, namespace)
         with serving(create_app(served, token=TOKEN, read_only=True)) as base:
