@@ -120,6 +120,29 @@ def test_recording_keeps_the_producer_checks_and_dedup() -> None:
         assert by_name.id.startswith("default:")
 
 
+def test_recorded_arguments_are_a_tuple_of_what_the_worker_decodes() -> None:
+    """As docs/testing.md says (it said they compare as lists): ``Enqueued.args`` is a tuple,
+    like ``unittest.mock``'s ``call.args``, of the values after the serializer (a tuple
+    argument is a list, as the worker receives it); an expectation goes through the
+    serializer too, so it is written as the call was."""
+    app = make_app()
+
+    @app.task
+    def engrave(item: str, size: tuple[int, int], gift: bool = False) -> None: ...
+
+    with recording(app) as queue:
+        engrave.enqueue_sync("mug", (8, 10), gift=True)
+        found = queue.assert_enqueued_once(engrave, "mug", (8, 10), gift=True)
+        assert type(found.args) is tuple and found.args == ("mug", [8, 10])
+        assert found.args != ["mug", [8, 10]]  # not a list
+        assert found.kwargs == {"gift": True}
+        assert queue.matching(engrave, "mug", [8, 10], gift=True) == [found]  # type: ignore[arg-type]
+        assert queue.matching(engrave, "mug", (8, 11), gift=True) == []
+    with eager(app) as queue:  # the eager mode records the same
+        engrave.enqueue_sync("mug", (8, 10))
+        assert queue.enqueued[0].args == ("mug", [8, 10])
+
+
 async def test_recording_from_asyncio_and_the_loop_guard() -> None:
     app = make_app()
 

@@ -45,7 +45,11 @@ class Enqueued:
     task: str
     """The task's name."""
     args: tuple[Any, ...]
+    """The positional arguments a worker receives, decoded by the app's serializer: a tuple
+    (as ``unittest.mock``'s ``call.args``) whose values went through the serializer, so a
+    tuple argument is a list here with JSON: ``("mug", [8, 10])``."""
     kwargs: Mapping[str, Any]
+    """The keyword arguments a worker receives, decoded the same way."""
     queue: str
     priority: str
     task_id: str
@@ -310,7 +314,9 @@ class Recorder:
     def matching(self, task: Task[P, R], *args: P.args, **kwargs: P.kwargs) -> list[Enqueued]:
         """The enqueues of ``task`` with exactly these arguments, and with the options given
         to ``task.options(...)`` (``queue``, ``priority``, ``delay``, ``at``, ``key``, ...);
-        options not given there are not compared."""
+        options not given there are not compared. The arguments go through the app's
+        serializer before they are compared, as the enqueued ones did: ``(8, 10)`` matches
+        an argument recorded as ``[8, 10]``."""
         expected_args, expected_kwargs = self._normalised(args, kwargs)
         wanted = _option_filter(task)
         return [
