@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from tether import ScheduleBackoff, Tether
+from tether.protocol._envelope import Envelope
 from tether.protocol._keys import QueueKeys
 from tether.scheduler import Scheduler, TickRecord
 from tether.scheduler._control import tick_record
@@ -274,3 +275,39 @@ def _state(rds: redis.Redis, keys: QueueKeys) -> tuple[int, int, int] | None:
         return None
     failures, until, forget = (int(p) for p in raw.split(b"|"))
     return failures, until, forget - 86_400_000
+
+
+async def test_a_malformed_state_or_policy_loses_no_tick_and_no_task(
+    app: Tether, rds: redis.Redis
+) -> None:
+    """A backoff state no Tether wrote is dropped (the ticks run), and a run whose envelope
+    carries a malformed policy goes to the dead letters naming it."""
+
+    @app.periodic(every=0.25, name="tidy")
+    @app.task(retries=0)
+    async def tidy() -> str:
+        return "ok"
+
+    keys = QueueKeys.of(app.namespace, "default")
+    rds.hset(keys.backoff, "tidy", "3|not-a-time")
+    async with running_worker(app, scheduler=False), scheduling(app):
+
+        async def succeeded() -> bool:
+            records = await app.schedules.ticks("tidy", 100)
+            return any(r.outcome == "succeeded" for r in records)
+
+        await eventually(succeeded, timeout=10)
+        assert rds.hget(keys.backoff, "tidy") is None
+        # A run of the schedule with a policy no Tether writes (by hand, or a bug).
+        forged = Envelope("", tidy.name, [], {}, int(time.time() * 1000), 1,
+                          {"schedule": "tidy", "backoff": "1|2|3"})  # fmt: skip
+        payload = forged.encode(app.serializer)
+        rds.xadd(keys.streams[1], {"m": payload})
+
+        async def dead() -> bool:
+            return rds.xlen(keys.dead) == 1
+
+        await eventually(dead, timeout=10)
+    (entry,) = rds.xrange(keys.dead)
+    assert b"backoff='1|2|3'" in entry[1][b"reason"], entry[1][b"reason"]
+    assert rds.hget(keys.backoff, "tidy") is None
