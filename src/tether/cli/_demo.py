@@ -65,9 +65,11 @@ def demo(
         except ImportError as exc:
             raise click.ClickException(str(exc)) from None
         options = WebOptions(host, port, token, fallback=web_bind is None)
-    # SIGTERM stops the demo as Ctrl-C does (asyncio.run turns a SIGINT into a clean
-    # cancellation of what runs): every process it started is stopped.
-    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    # SIGTERM and a closed terminal's SIGHUP stop the demo as Ctrl-C does (asyncio.run turns
+    # a SIGINT into a clean cancellation of what runs): every process it started is stopped
+    # (they run in sessions of their own, out of the terminal's reach).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: signal.raise_signal(signal.SIGINT))
     sys.exit(
         run_demo(
             url=url, workers=workers, tasks=tasks, concurrency=concurrency, timeout=timeout,

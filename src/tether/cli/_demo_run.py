@@ -5,6 +5,7 @@ it is interrupted (a trickle of tasks keeps its charts moving)."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import importlib
 import os
@@ -21,6 +22,7 @@ import redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typing_extensions import Self
 
 from ..base._embedded import EmbeddedServer, stop_process
 from ..base._errors import TetherError
@@ -54,7 +56,7 @@ def run_demo(
     try:
         if not url:
             try:
-                server = EmbeddedServer().start()
+                server = DetachedServer().start()
             except TetherError as exc:
                 console.print(f"[red]{exc}[/red]")
                 return 1
@@ -82,6 +84,7 @@ def run_demo(
                         "--no-scheduler",
                     ],
                     env=env,
+                    start_new_session=True,  # Ctrl-C is the demo's to hand on: see DetachedServer
                 )
             )
         console.print(
@@ -105,6 +108,25 @@ def run_demo(
             pid = server.pid  # cleanup() forgets the process
             server.cleanup()
             console.print(f"stopped the embedded server (pid {pid})")
+
+
+class DetachedServer(EmbeddedServer):
+    """The demo's server, in a session of its own as the workers are. Ctrl-C on a terminal
+    signals its whole foreground process group: the server exited at once while the workers
+    were still stopping, and each of them warned three times that it could not reach it. Out
+    of that group, the children are stopped by the demo: the workers first, the server last."""
+
+    def start(self, timeout: float = 15.0) -> Self:
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=self.directory,
+            start_new_session=True,
+        )
+        atexit.register(self.cleanup)  # as EmbeddedServer: the server does not outlive the demo
+        self.wait_ready(timeout)
+        return self
 
 
 async def _drive(
