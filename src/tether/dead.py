@@ -19,11 +19,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ResponseError
 
 from .admin._models import Page
+from .base._blocking import run_blocking
 from .base._errors import ConfigError, TaskNotFound, TetherError
 from .base._redis import text
 from .base._unreadable import parsed, skip
@@ -42,6 +43,7 @@ SCAN_BUDGET = 1000
 
 
 _Row = tuple[Any, dict[bytes, bytes]]
+T = TypeVar("T")
 """A stream entry as redis-py reads it: its id, and its fields."""
 
 _BULK_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20})~(\d{1,20}-\d{1,20})$")
@@ -360,6 +362,53 @@ class DeadLetters:
         """Delete every letter of ``task`` (every task when None) present when the run began,
         by :meth:`purge_matching`, as :meth:`retry_all` retries them."""
         return self._every_page(self.purge_matching, task, cursor)
+
+    # -- blocking twins: for scripts and tests that run no event loop ---------------------
+    # Each runs its async reader on a connection of its own (base._blocking.run_blocking).
+
+    def count_sync(self) -> int:
+        """:meth:`count`, blocking."""
+        return self._blocking("count_sync", lambda letters: letters.count())
+
+    def list_sync(self, count: int = 100, newest_first: bool = True) -> builtins.list[DeadLetter]:
+        """:meth:`list`, blocking."""
+        return self._blocking("list_sync", lambda letters: letters.list(count, newest_first))
+
+    def show_sync(self, ref: str) -> DeadLetter:
+        """:meth:`show`, blocking."""
+        return self._blocking("show_sync", lambda letters: letters.show(ref))
+
+    def find_sync(self, task_id: str) -> builtins.list[DeadLetter]:
+        """:meth:`find`, blocking."""
+        return self._blocking("find_sync", lambda letters: letters.find(task_id))
+
+    def page_sync(
+        self, cursor: str | None = None, limit: int = 50, task: str | None = None
+    ) -> Page[DeadLetter]:
+        """:meth:`page`, blocking."""
+        return self._blocking("page_sync", lambda letters: letters.page(cursor, limit, task))
+
+    def retry_sync(self, ref: str) -> TaskHandle[Any]:
+        """:meth:`retry`, blocking."""
+        handle = self._blocking("retry_sync", lambda letters: letters.retry(ref))
+        return TaskHandle(self.app, handle.id, self.queue)  # on the app, not the call's copy
+
+    def purge_sync(self, refs: Sequence[str] | None = None) -> int:
+        """:meth:`purge`, blocking."""
+        return self._blocking("purge_sync", lambda letters: letters.purge(refs))
+
+    def retry_all_sync(self, task: str | None = None) -> BulkTotal:
+        """Every letter of ``task`` (every task when None) retried, as :meth:`retry_all`
+        runs them, blocking: the totals."""
+        return self._blocking("retry_all_sync", lambda letters: total_of(letters.retry_all(task)))
+
+    def purge_all_sync(self, task: str | None = None) -> BulkTotal:
+        """Every letter of ``task`` (every task when None) deleted, as :meth:`purge_all`
+        runs them, blocking: the totals."""
+        return self._blocking("purge_all_sync", lambda letters: total_of(letters.purge_all(task)))
+
+    def _blocking(self, method: str, work: Callable[[DeadLetters], Awaitable[T]]) -> T:
+        return run_blocking(method, self.app, lambda app: work(DeadLetters(app, self.queue)))
 
     async def _every_page(
         self,

@@ -1,9 +1,11 @@
 """Seeing and steering a running Tether: queue figures, per-task statistics, the worker
 registry, what a queue holds, queue pause and resume.
 
-``app.stats`` is a :class:`Stats` reader; ``await app.workers()``, ``await app.pause(queue)``
-and ``await app.resume(queue)`` are on the app. The web API (:mod:`tether.web`), the
-dashboard, the metrics exporter and ``tether info`` read through these same calls.
+``app.stats`` is a :class:`Stats` reader, whose readers have blocking twins
+(``app.stats.overview_sync()``) for code that runs no event loop; ``await app.workers()``,
+``await app.pause(queue)`` and ``await app.resume(queue)`` are on the app. The web API
+(:mod:`tether.web`), the dashboard, the metrics exporter and ``tether info`` read through
+these same calls.
 """
 
 from ._control import is_paused, pause, resume, run_now
@@ -23,7 +25,8 @@ from ._models import (
     TaskStats,
     WorkerInfo,
 )
-from ._reader import DEFAULT_LIMIT, MAX_LIMIT, Stats, check_limit
+from ._reader import DEFAULT_LIMIT, MAX_LIMIT, check_limit
+from ._stats import Stats
 
 __all__ = [
     "DEFAULT_LIMIT",
