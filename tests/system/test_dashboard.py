@@ -570,10 +570,12 @@ def test_a_failed_tasks_page_shows_its_dead_letter_its_arguments_and_every_attem
     # The payload is gone with the run; the dead letter kept it.
     expect(page.locator("[data-field=args]")).to_contain_text("17")
     expect(page.locator("[data-field=args-source]")).to_contain_text("From its dead letter")
-    # The two attempts before the last: that they raised and were retried is all that is kept.
+    # The two attempts before the last, each with what it raised (settle keeps the records
+    # of retried attempts).
     for n in (1, 2):
         event = page.locator(f"[data-event='attempt {n}']")
-        expect(event).to_contain_text("raised and was retried; its error is not kept")
+        expect(event).to_contain_text("ValueError: card declined for order 17; retried")
+        expect(event.locator("time")).to_have_count(1)
     expect(page.locator("[data-event=failed]")).to_contain_text("attempt 3")
     expect(page.locator("[data-field=error]")).to_contain_text("card declined for order 17")
     expect(page.get_by_role("heading", name="Error")).to_contain_text("of attempt 3, the last")

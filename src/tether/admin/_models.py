@@ -287,6 +287,16 @@ class TaskError(_ToDict):
 
 
 @dataclass(frozen=True)
+class EarlierAttempt(_ToDict):
+    """An attempt of a task that raised and was retried, from its record."""
+
+    attempt: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: TaskError | None
+
+
+@dataclass(frozen=True)
 class TaskInfo(_ToDict):
     """One task by its id: where it is, and what it came to."""
 
@@ -320,6 +330,9 @@ class TaskInfo(_ToDict):
     deliveries: int | None = None
     """For a failed or dead task: how many times its last attempt was delivered, from its
     dead letter (more than one: a worker was lost and another took the attempt over)."""
+    earlier_attempts: list[EarlierAttempt] = field(default_factory=list)
+    """The attempts that raised and were retried, oldest first, with their errors (the last
+    25; tasks that store results; none kept for runs settled before this release)."""
 
 
 @dataclass(frozen=True)

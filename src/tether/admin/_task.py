@@ -25,7 +25,7 @@ from ..protocol import scripts
 from ..protocol._codecs import parse_index_value, parse_scheduled, payload_of
 from ..protocol._envelope import BadEnvelope, Envelope
 from ..protocol._keys import GROUP, QueueKeys, entry_of_task_id
-from ._models import TaskError, TaskInfo, from_ms, utc
+from ._models import EarlierAttempt, TaskError, TaskInfo, from_ms, utc
 from ._replies import CLOCK, detached, server_ms, value
 
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
     pipe.hget(keys.index, task_id)
     pipe.hget(keys.scheduled_payloads, task_id)
     pipe.zscore(keys.delayed, task_id)
-    where, scheduled, due = await pipe.execute()
+    pipe.lrange(keys.attempts(task_id), 0, -1)
+    where, scheduled, due, retried = await pipe.execute()
     record: dict[str, Any] = {}
     if reply.state in ("retrying", "record"):
         record = _record(core, keys.result(task_id), reply.detail)
@@ -95,15 +96,31 @@ async def task_info(core: Core, task_id: str) -> TaskInfo:
         started_at=started_at or fields.time("started_ms"),
         finished_at=fields.time("finished_ms") if reply.state == "record" else None,
         result=record.get("value") if status == "succeeded" else None,
-        error=TaskError(
-            type=str(error.get("type", "")),
-            message=str(error.get("message", "")),
-            traceback=str(error.get("traceback", "")),
-        )
-        if isinstance(error, dict)
-        else None,
+        error=_error(error),
         dead_letter=letter.entry_id if letter else None,
         deliveries=letter.deliveries if letter else None,
+        earlier_attempts=[_earlier(core, keys.attempts(task_id), raw) for raw in retried],
+    )
+
+
+def _earlier(core: Core, key: str, raw: bytes) -> EarlierAttempt:
+    """One record of the task's retried attempts (a malformed one shows as unknown)."""
+    fields = _Fields(key, _record(core, key, raw))
+    return EarlierAttempt(
+        attempt=fields.whole("attempt"),
+        started_at=fields.time("started_ms"),
+        finished_at=fields.time("finished_ms"),
+        error=_error(fields.record.get("error")),
+    )
+
+
+def _error(error: Any) -> TaskError | None:
+    if not isinstance(error, dict):
+        return None
+    return TaskError(
+        type=str(error.get("type", "")),
+        message=str(error.get("message", "")),
+        traceback=str(error.get("traceback", "")),
     )
 
 

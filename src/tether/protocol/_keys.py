@@ -72,6 +72,11 @@ class QueueKeys:
     def result(self, task_id: str) -> str:
         return f"{self.tag}:result:{task_id}"
 
+    def attempts(self, task_id: str) -> str:
+        """The records of a task's attempts that were retried, oldest first (a list that
+        lives as long as its result): what each earlier attempt raised."""
+        return f"{self.tag}:attempts:{task_id}"
+
     def done(self, task_id: str) -> str:
         """A one-element list pushed at the final outcome; result waiters block on it."""
         return f"{self.tag}:done:{task_id}"

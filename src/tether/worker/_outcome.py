@@ -145,6 +145,7 @@ class Target:
             dedup_key=self.dedup,
             dedup_hold_ms=self.dedup_hold_ms,
             schedule_run=self.schedule_run,
+            attempts_key=self.keys.attempts(self.task_id) if store else None,
             **detail,
         )
 

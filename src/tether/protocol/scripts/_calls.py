@@ -187,6 +187,8 @@ class SettleItem:
     schedule_run: ScheduleRun | None = None
     """Set for a run of a schedule: its outcome goes to the tick log, and moves the
     schedule's backoff."""
+    attempts_key: str | None = None
+    """Where a retry's record is kept (the task's earlier attempts), when it stores results."""
 
 
 class StatsWrite(NamedTuple):
@@ -245,6 +247,14 @@ def _parse_settle(reply: Any) -> SettleReply:
     )
 
 
+def _key_index(script_keys: list[Arg], key: str | None) -> int:
+    """Append ``key`` to a call's keys; its 1-based index there (0 for no key)."""
+    if key is None:
+        return 0
+    script_keys.append(key)
+    return len(script_keys)
+
+
 def settle(
     keys: QueueKeys,
     consumer: str,
@@ -271,16 +281,9 @@ def settle(
         if o.op == "o":  # the hot path: a success with nothing to record
             args += ("o", sidx, entry_id, sig)
             continue
-        result_k = done_k = dedup_k = 0
-        if o.result_key is not None:
-            script_keys.append(o.result_key)
-            result_k = len(script_keys)
-        if o.done_key is not None:
-            script_keys.append(o.done_key)
-            done_k = len(script_keys)
-        if o.dedup_key is not None:
-            script_keys.append(o.dedup_key)
-            dedup_k = len(script_keys)
+        result_k = _key_index(script_keys, o.result_key)
+        done_k = _key_index(script_keys, o.done_key)
+        dedup_k = _key_index(script_keys, o.dedup_key)
         if o.op == "retry":
             detail: Arg = o.retry_delay_ms
             extra: Arg = o.next_payload
@@ -293,13 +296,10 @@ def settle(
         run = o.schedule_run
         if run is None:
             args += (0, 0, "")
-            continue
-        backoff_k = 0
-        if run.backoff_key is not None:
-            script_keys.append(run.backoff_key)
-            backoff_k = len(script_keys)
-        script_keys.append(run.log_key)
-        args += (backoff_k, len(script_keys), run.spec)
+        else:
+            backoff_k = _key_index(script_keys, run.backoff_key)
+            args += (backoff_k, _key_index(script_keys, run.log_key), run.spec)
+        args.append(_key_index(script_keys, o.attempts_key))
     return Call(SETTLE, script_keys, args, _parse_settle)
 
 

@@ -26,7 +26,7 @@ ARGV[6]     s, the number of statistics signatures; then each: n, then n fields 
             fenced ack discards (a lost lease) or one settled by an earlier send of this
             very call (a lost reply) never is.
 then the entries. A bare success (nothing to record, no index entry) takes 4 values:
-  'o', stream index, entry id, signature (1-based, 0 none). Every other entry takes 17:
+  'o', stream index, entry id, signature (1-based, 0 none). Every other entry takes 18:
   1 op: 'ok' | 'retry' | 'fail' | 'dead' | 'cancel'
   2 stream index   3 entry id   4 task id ('' when the payload could not be decoded)
   5 '1' when the task id came in the payload: it must be indexed to this very entry,
@@ -41,6 +41,9 @@ then the entries. A bare success (nothing to record, no index entry) takes 4 val
   16 the schedule's tick log key index (0: not a run of a schedule)
   17 the schedule's run: '<tick ms or empty>|<log length>|<log ttl ms>|<initial ms>|<factor>|
      <cap ms>|<forget ms>|<schedule name>' (the four backoff values empty when it has none)
+  18 attempts key index (0 none): a retry appends its record there (the last 25 are kept),
+     so the errors of the attempts before the last outlive the result key, which each
+     attempt's record replaces; it expires with the result
 
 A run of a schedule records its outcome in the schedule's tick log, and its backoff state
 changes here, with the outcome it follows from (no later step a crash could skip): a success
@@ -114,7 +117,7 @@ while b <= #ARGV do
   local op, sidx, eid = ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2]
   local tid, bound, result_k, done_k, dedup_k, record, ttl, hold = '', '0', 0, 0, 0, '', 0, 0
   local detail, extra, sig = '', '', 0
-  local backoff_k, log_k, run = 0, 0, ''
+  local backoff_k, log_k, run, attempts_k = 0, 0, '', 0
   if op == 'o' then
     sig = tonumber(ARGV[b + 3])
     b = b + 4
@@ -125,7 +128,8 @@ while b <= #ARGV do
     detail, extra, hold = ARGV[b + 10], ARGV[b + 11], tonumber(ARGV[b + 12])
     sig = tonumber(ARGV[b + 13])
     backoff_k, log_k, run = tonumber(ARGV[b + 14]), tonumber(ARGV[b + 15]), ARGV[b + 16]
-    b = b + 17
+    attempts_k = tonumber(ARGV[b + 17])
+    b = b + 18
   end
   local stream = KEYS[sidx]
   local p = redis.call('XPENDING', stream, group, eid, eid, 1)
@@ -150,7 +154,7 @@ while b <= #ARGV do
       end
       forged[#forged + 1] = sidx .. eid
       op, tid, result_k, done_k, dedup_k = 'dead', '', 0, 0, 0
-      backoff_k, log_k = 0, 0
+      backoff_k, log_k, attempts_k = 0, 0, 0
     end
     local payload = ''
     if op == 'fail' or op == 'dead' then
@@ -184,6 +188,13 @@ while b <= #ARGV do
       end
     end
     if result_k > 0 and record ~= '' then redis.call('SET', KEYS[result_k], record, 'PX', ttl) end
+    if attempts_k > 0 and op == 'retry' and record ~= '' then
+      redis.call('RPUSH', KEYS[attempts_k], record)
+      redis.call('LTRIM', KEYS[attempts_k], -25, -1)
+      redis.call('PEXPIRE', KEYS[attempts_k], ttl)
+    elseif attempts_k > 0 then
+      redis.call('PEXPIRE', KEYS[attempts_k], ttl)  -- as long as the final record
+    end
     if op ~= 'retry' then
       if done_k > 0 then
         redis.call('RPUSH', KEYS[done_k], 1)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ...admin import TaskInfo, run_now
+from ...admin import EarlierAttempt, TaskInfo, run_now
 from ...admin._models import from_ms
 from ...base._errors import ConfigError, TaskNotFound, TetherError
 from ...base._status import CancelResult
@@ -63,9 +63,13 @@ NOT_KEPT = "raised and was retried; its error is not kept (each attempt's record
     "the one before)"  # fmt: skip
 
 
-def earlier_attempts(last: int) -> list[Event]:
-    """The attempts before the last one of a task that ended: that they raised and were
-    retried is all that is kept of them (no time, no error: see tether.admin._task)."""
+def earlier_attempts(last: int, kept: list[EarlierAttempt] | None = None) -> list[Event]:
+    """The attempts before the last one of a task that ended or is retrying: each with its
+    error and times from its record (settle keeps the records of retried attempts); for an
+    attempt whose record is not kept (settled by an earlier release), that it raised and was
+    retried is all there is."""
+    if kept:
+        return [_retried(a) for a in kept]
     if last <= 1:
         return []
     if last - 1 > EACH_ATTEMPT_UP_TO:
@@ -73,9 +77,18 @@ def earlier_attempts(last: int) -> list[Event]:
     return [Event(f"Attempt {n}", None, "retried", NOT_KEPT) for n in range(1, last)]
 
 
+def _retried(attempt: EarlierAttempt) -> Event:
+    error = attempt.error
+    note = f"{error.type}: {error.message}" if error else "raised and was retried"
+    label = f"Attempt {attempt.attempt}" if attempt.attempt else "An attempt"
+    return Event(label, attempt.finished_at, "retried", f"{note}; retried")
+
+
 def timeline(info: TaskInfo) -> list[Event]:
     events = [Event("Enqueued", enqueued_at(info), "done", f"priority {info.priority}"
                     if info.priority else "")]  # fmt: skip
+    if info.status in ("retrying", "queued", "running") and info.earlier_attempts:
+        events += earlier_attempts(0, info.earlier_attempts)  # a retry waits or runs
     if info.due_at is not None:
         note = "a retry in its backoff" if info.status == "retrying" else "scheduled"
         events.append(Event("Due", info.due_at, "pending", note))
@@ -83,7 +96,7 @@ def timeline(info: TaskInfo) -> list[Event]:
         events.append(Event("Started", info.started_at, "done", f"on worker {info.worker}"))
         events.append(Event("Finished", None, "pending", "running now"))
     elif info.status in FINAL:
-        events += earlier_attempts(info.attempt or 1)
+        events += earlier_attempts(info.attempt or 1, info.earlier_attempts)
         attempt = f"attempt {info.attempt}" if info.attempt else ""
         delivered = info.deliveries or 0
         if delivered > 1:
