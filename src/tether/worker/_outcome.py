@@ -110,6 +110,9 @@ class Target:
     dedup_hold_ms: int
     schedule_run: ScheduleRun | None = None
     """A run of a schedule: where its outcome is recorded (and moves its backoff)."""
+    retried: bool = False
+    """An attempt after the first: its final outcome extends its attempt list's expiry (the
+    first attempt's has none to extend: its settle passes no key and costs no command)."""
 
     @classmethod
     def of(cls, keys: QueueKeys, env: Envelope, bound: bool, store: bool, ttl_ms: int) -> Target:
@@ -128,6 +131,7 @@ class Target:
             None
             if schedule is None
             else ScheduleRun.of(keys, schedule, opts.get("tick"), opts.get("backoff")),
+            env.attempt > 1,
         )
 
     def outcome(self, op: str, record: bytes = b"", **detail: Any) -> Outcome:
@@ -145,7 +149,9 @@ class Target:
             dedup_key=self.dedup,
             dedup_hold_ms=self.dedup_hold_ms,
             schedule_run=self.schedule_run,
-            attempts_key=self.keys.attempts(self.task_id) if store else None,
+            attempts_key=self.keys.attempts(self.task_id)
+            if store and (self.retried or op == "retry")
+            else None,
             **detail,
         )
 
