@@ -193,6 +193,8 @@ def endpoints(f: Filled) -> list[tuple[str, Callable[[int], Request]]]:
          post(lambda i: f"/api/schedules/bench-hourly/{toggle[i % 2]}")),
         ("POST /api/schedules/{name}/trigger",
          post(lambda i: "/api/schedules/bench-hourly/trigger")),
+        ("POST /api/schedules/{name}/reset-backoff",
+         post(lambda i: "/api/schedules/bench-hourly/reset-backoff")),
         ("GET /api/openapi.json", get("/api/openapi.json")),
         ("POST /api/tasks/{id}/run-now",
          post(lambda i: f"/api/tasks/{f.delayed_ids[i]}/run-now")),
