@@ -111,13 +111,12 @@ async def _apply(
         await control.resume(name)
         done.append(f"resumed {name}")
     for name in to_trigger:
-        state = await control.backoff(name)
-        handle = await control.trigger(name)
+        handle, rest = await control.trigger_run(name)
         line = f"triggered {name}: {handle.id}"
-        if state is not None and state.resting():
+        if rest is not None:
             line += (
-                f" (through its backoff: {state.failures} failed in a row, resting until "
-                f"{_short(state.until)} UTC)"
+                f" (through its backoff: {rest.failures} failed in a row, resting until "
+                f"{_short(rest.until)} UTC)"
             )
         done.append(line)
     for name in to_reset:

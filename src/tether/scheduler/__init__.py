@@ -1,7 +1,7 @@
 """Periodic tasks across replicas: cron and interval schedules, one leader, one enqueue per tick."""
 
 from ..base._schedule import Schedule, ScheduleBackoff
-from ._control import BackoffState, ScheduleInfo, Schedules, TickRecord
+from ._control import BackoffState, ScheduleInfo, Schedules, TickRecord, TriggeredRun
 from ._scheduler import Scheduler
 
 __all__ = [
@@ -12,4 +12,5 @@ __all__ = [
     "Scheduler",
     "Schedules",
     "TickRecord",
+    "TriggeredRun",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..base._errors import ConfigError
 from ..base._redis import text
@@ -62,6 +62,14 @@ class TickRecord:
     """'backoff', 'failed', 'dead': failures in a row then."""
     until: datetime | None = None
     """'backoff', 'failed', 'dead': the end of the rest then."""
+
+
+class TriggeredRun(NamedTuple):
+    """A run triggered by hand, and the backoff it went through (None when the schedule
+    was not resting)."""
+
+    handle: TaskHandle[Any]
+    backoff: BackoffState | None
 
 
 @dataclass(frozen=True)
@@ -244,6 +252,11 @@ class Schedules:
         """Enqueue a run now, outside the schedule's ticks, in backoff or paused too (a
         backoff is logged as overridden). The run counts as one of the schedule's: its
         success ends a backoff, its final failure extends it."""
+        return (await self.trigger_run(name)).handle
+
+    async def trigger_run(self, name: str) -> TriggeredRun:
+        """:meth:`trigger`, saying whether the run went through a backoff (what the CLI,
+        the API and the dashboard tell whoever triggered it)."""
         schedule = await self._get(name)
         task = self.app.tasks.get(schedule.task)
         if not isinstance(task, Task):
@@ -259,37 +272,50 @@ class Schedules:
             if plan.encode_plain is not None
             else None,
         )
-        state = await self.backoff(name)
+        now = datetime.now(timezone.utc)
+        (state,) = await self._backoff_states([schedule], now)
         handles = await enqueue(self.app, bound, plan, [(schedule.args, schedule.kwargs)])
-        if state is not None and state.resting():
-            log.warning(
-                "schedule %s triggered by hand during its backoff (%d failed run%s in a row, "
-                "resting until %s): task %s runs now",
-                name, state.failures, "" if state.failures == 1 else "s",
-                state.until.isoformat(), handles[0].id,
-            )  # fmt: skip
-        return handles[0]
+        if state is None or not state.resting(now):
+            return TriggeredRun(handles[0], None)
+        log.warning(
+            "schedule %s triggered by hand during its backoff (%d failed run%s in a row, "
+            "resting until %s): task %s runs now",
+            name, state.failures, "" if state.failures == 1 else "s",
+            state.until.isoformat(), handles[0].id,
+        )  # fmt: skip
+        return TriggeredRun(handles[0], state)
 
     async def backoff(self, name: str) -> BackoffState | None:
         """The schedule's backoff state: None when its last run did not fail (or a day
         passed since its last failure)."""
-        schedule = await self._get(name)
-        raw: Any = await self.app.client.hget(self.app.keys(schedule.queue).backoff, name)
-        return _backoff_state(raw, datetime.now(timezone.utc))
+        (state,) = await self._backoff_states([await self._get(name)])
+        return state
 
     async def resting(self) -> dict[str, BackoffState]:
         """The schedules whose ticks are skipped now, after failed runs: name -> state."""
         schedules = await self.all()
-        raw: list[Any] = await asyncio.gather(
-            *(self.app.client.hget(self.app.keys(s.queue).backoff, s.name) for s in schedules)
-        )
         now = datetime.now(timezone.utc)
-        out: dict[str, BackoffState] = {}
-        for schedule, value in zip(schedules, raw, strict=True):
-            state = _backoff_state(value, now) if schedule.backoff else None
-            if state is not None and state.resting(now):
-                out[schedule.name] = state
-        return out
+        states = await self._backoff_states(schedules, now)
+        return {
+            schedule.name: state
+            for schedule, state in zip(schedules, states, strict=True)
+            if state is not None and state.resting(now)
+        }
+
+    async def _backoff_states(
+        self, schedules: Sequence[Schedule], now: datetime | None = None
+    ) -> builtins.list[BackoffState | None]:
+        """Each schedule's backoff state, in one round trip (None for a schedule without
+        a backoff policy: a state left from when it had one gates nothing)."""
+        now = now or datetime.now(timezone.utc)
+        client = self.app.client
+        raw: builtins.list[Any] = await asyncio.gather(
+            *(client.hget(self.app.keys(s.queue).backoff, s.name) for s in schedules)
+        )
+        return [
+            _backoff_state(value, now) if schedule.backoff else None
+            for schedule, value in zip(schedules, raw, strict=True)
+        ]
 
     async def reset_backoff(self, name: str) -> bool:
         """End the schedule's backoff now: its next tick runs. False when it had none."""
@@ -355,9 +381,7 @@ class Schedules:
         declared = {s.name for s in self.app.declared_schedules}
         paused = (await load_runtime(self.app, self.keys)).paused
         raw_errors: Any = await self.app.client.hgetall(self.keys.errors)
-        backoffs: list[Any] = await asyncio.gather(
-            *(self.app.client.hget(self.app.keys(s.queue).backoff, s.name) for s in schedules)
-        )
+        backoffs = await self._backoff_states(schedules, now)
         errors = {
             k: v
             for k, v in (
@@ -392,10 +416,9 @@ class Schedules:
 
         outcomes = await asyncio.gather(*(outcome_of(last_id) for _, last_id in lasts))
         out: builtins.list[ScheduleInfo] = []
-        for schedule, (last_tick, last_id), outcome, raw_backoff in zip(
+        for schedule, (last_tick, last_id), outcome, backoff in zip(
             schedules, lasts, outcomes, backoffs, strict=True
         ):
-            backoff = _backoff_state(raw_backoff, now) if schedule.backoff else None
             after = max(now_ms, last_tick or 0)
             if backoff is not None:  # its first tick at or after the end of the rest
                 after = max(after, int(backoff.until.timestamp() * 1000) - 1)

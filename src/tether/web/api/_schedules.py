@@ -66,15 +66,13 @@ def routes(ctx: WebContext) -> APIRouter:
         """Enqueue a run now, outside the schedule's ticks (409 when this app does not know
         the schedule's task)."""
         schedules = await existing(name)
-        state = await schedules.backoff(name)
         try:
-            handle = await schedules.trigger(name)
+            handle, rest = await schedules.trigger_run(name)
         except ValueError as exc:  # the task is not registered in this app
             raise NotApplicable(str(exc)) from None
-        resting = state is not None and state.resting()
-        audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id], in_backoff=resting)
+        audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id], in_backoff=bool(rest))
         return ScheduleControl(
-            name=name, task_id=handle.id, backoff_until=state.until if resting and state else None
+            name=name, task_id=handle.id, backoff_until=rest.until if rest else None
         )
 
     @api.post(

@@ -85,15 +85,13 @@ async def _resume(schedules: Schedules, name: str, who: str) -> str:
 
 
 async def _trigger(schedules: Schedules, name: str, who: str) -> str:
-    state = await schedules.backoff(name)
-    handle = await schedules.trigger(name)
-    resting = state is not None and state.resting()
-    audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id], in_backoff=resting)
+    handle, rest = await schedules.trigger_run(name)
+    audit(who, "schedule.trigger", ids=[name], task_ids=[handle.id], in_backoff=bool(rest))
     words = f"Schedule {name} triggered: task {handle.id}."
-    if resting and state is not None:
+    if rest is not None:
         words += (
-            f" It ran through the schedule's backoff ({state.failures} failed "
-            f"run{'' if state.failures == 1 else 's'} in a row); the backoff stays until a "
+            f" It ran through the schedule's backoff ({rest.failures} failed "
+            f"run{'' if rest.failures == 1 else 's'} in a row); the backoff stays until a "
             "run succeeds."
         )
     return words
