@@ -5,10 +5,12 @@ its dead letter (which keeps the payload, so its arguments). A fixed number of c
 whatever the queue holds.
 
 What each attempt leaves: the outcome record is one key per task, written by every attempt
-over the one before (a retry's record holds that attempt's error until the next attempt
-ends), and the dead letter holds the last attempt's error, its payload and how many times
-that attempt's entry was delivered. The errors of the attempts before the last are kept
-nowhere, so a task's page can say how many there were, not what they raised."""
+over the one before; the settle of a retry also appends that attempt's record to the task's
+attempt list (the last 25, expiring with the result), so the errors of the attempts before
+the last are read from there; and the dead letter holds the last attempt's error, its
+payload and how many times that attempt's entry was delivered. Tasks settled before the
+attempt list existed have none: their page says how many attempts there were, not what
+they raised."""
 
 from __future__ import annotations
 
