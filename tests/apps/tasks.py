@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 
 from tether import Tether, current_task
@@ -114,6 +115,46 @@ async def suicide(tag: str) -> None:
     """Kills the worker that runs it: a poison task."""
     await _note(starts_key(), tag)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task
+async def exits(tag: str, how: str) -> None:
+    """Ends the way a task's own code may try to end the process: ``sys.exit(3)`` (how
+    'exit'), ``raise KeyboardInterrupt`` ('interrupt') or another BaseException ('base')."""
+    await _note(starts_key(), tag)
+    _leave(how)
+
+
+@app.task
+def exits_sync(tag: str, how: str) -> None:
+    """:func:`exits` in a plain function (the worker's threads)."""
+    import redis
+
+    client = redis.Redis.from_url(app.settings.url)
+    try:
+        client.rpush(starts_key(), _line(tag))
+    finally:
+        client.close()
+    _leave(how)
+
+
+@app.task(retry_on=(SystemExit,), backoff=lambda _attempt: 0.0)
+async def exits_retried(tag: str) -> None:
+    """``sys.exit(3)``, in a task that retries on SystemExit."""
+    await _note(starts_key(), tag)
+    sys.exit(3)
+
+
+class _Escape(BaseException):
+    """An exception outside Exception that is neither SystemExit nor KeyboardInterrupt."""
+
+
+def _leave(how: str) -> None:
+    if how == "exit":
+        sys.exit(3)
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    raise _Escape("left through a BaseException")
 
 
 @app.task

@@ -291,6 +291,29 @@ async def test_eager_drain_order_nesting_and_cancel() -> None:
     assert order == ["high", "parent", "sync", "child", "sync-child", "low", "later"]
 
 
+def test_eager_a_task_that_exits_fails_as_under_a_worker() -> None:
+    """``sys.exit()`` and ``KeyboardInterrupt`` in a task fail it, as under ``tether
+    worker``: they never end the test run."""
+    app = make_app()
+
+    @app.task
+    def exits() -> None:
+        sys.exit(3)
+
+    @app.task(timeout=5)
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with eager(app):
+        with pytest.raises(TaskFailed) as exited:
+            exits.enqueue_sync().result_sync()
+        assert (exited.value.status, exited.value.error_type) == ("failed", "SystemExit")
+        assert exited.value.error_message == "3"
+        with pytest.raises(TaskFailed) as interrupt:
+            interrupted.enqueue_sync().result_sync()
+        assert interrupt.value.error_type == "KeyboardInterrupt"
+
+
 def test_eager_dedup_holds_the_key_while_the_task_runs() -> None:
     app = make_app()
     inner: list[bool] = []

@@ -128,7 +128,9 @@ class Ran:
     """How one attempt ended: its value, or the exception it raised."""
 
     value: Any
-    error: Exception | None
+    error: BaseException | None
+    """The task's exception: any, a ``SystemExit`` or ``KeyboardInterrupt`` included (the
+    task's own code ending, never the process); None when it returned."""
     run_ms: float
     retry_headers: dict[str, str] | None
     """What a run scope set for the next attempt (None: the task's headers unchanged)."""
@@ -144,7 +146,13 @@ async def run_attempt(
     call_sync: SyncCall | None,
 ) -> Ran:
     """One attempt: the ``before_run`` hooks, then the call with ``current_task()`` set,
-    inside the run scopes, within ``timeout``. A cancellation propagates."""
+    inside the run scopes, within ``timeout``. A cancellation propagates.
+
+    Whatever else the task raises is its outcome, ``BaseException`` included: a task that
+    calls ``sys.exit()`` or raises ``KeyboardInterrupt`` fails its attempt and the worker
+    serves on. Let through, it would end the worker's process with the task still
+    "running", to be reclaimed by the next worker and end that one too. A real SIGINT or
+    SIGTERM never arrives here as an exception: the worker's signal handlers stop it."""
     middleware = app.middleware
     if middleware:
         await call_hooks(middleware, "before_run", ctx.get())
@@ -161,7 +169,9 @@ async def run_attempt(
         else:
             with run_scopes:
                 value = await call(task, env, timeout, call_sync)
-    except Exception as exc:  # the task's error becomes its outcome
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # the task's error becomes its outcome (see above)
         retry_headers = None if run_scopes is None else run_scopes.retry_headers
         return Ran(None, exc, (time.monotonic() - started) * 1000, retry_headers)
     finally:
@@ -182,9 +192,28 @@ async def call(
     if timeout is None:
         return await coro
     try:
-        return await asyncio.wait_for(coro, timeout)
+        return await asyncio.wait_for(_contained(coro), timeout)
     except asyncio.TimeoutError:
         raise TaskTimeout(f"the task ran past its timeout of {timeout}s") from None
+    except _Contained as contained:
+        raise contained.exc from None
+
+
+class _Contained(Exception):
+    """Carries a task's ``SystemExit`` or ``KeyboardInterrupt`` out of the asyncio task
+    that ``wait_for`` runs it in (before Python 3.12): an asyncio task re-raises those two
+    out of the event loop itself, past every ``except`` of the worker."""
+
+    def __init__(self, exc: SystemExit | KeyboardInterrupt) -> None:
+        super().__init__(repr(exc))
+        self.exc = exc
+
+
+async def _contained(coro: Awaitable[Any]) -> Any:
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Contained(exc) from exc
 
 
 async def after_success(app: Core, ctx: LazyContext, value: Any) -> None:

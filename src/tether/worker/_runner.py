@@ -395,7 +395,7 @@ class Runner:
         task: RegisteredTask,
         target: Target,
         ctx: LazyContext,
-        exc: Exception,
+        exc: BaseException,
         retries: int,
         retry_headers: dict[str, str] | None = None,
     ) -> Outcome:
