@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 try:
@@ -40,6 +41,21 @@ async def double(x: int) -> int:
 @task
 def explode(message: str) -> None:
     raise ValueError(message)
+
+
+@task
+def unserialisable() -> object:
+    """Returns what JSON cannot encode: the task fails, as Django's immediate backend fails it."""
+    return {"when": object()}
+
+
+@task
+def leave(how: str) -> None:
+    """Tries to end the process the ways a task's own code may: ``sys.exit(3)`` ('exit') or
+    ``raise KeyboardInterrupt`` ('interrupt')."""
+    if how == "exit":
+        sys.exit(3)
+    raise KeyboardInterrupt
 
 
 def not_a_task() -> None:

@@ -79,6 +79,18 @@ def from_ms(ms: object) -> datetime | None:
     return moment if dj_timezone.is_aware(dj_timezone.now()) else dj_timezone.make_naive(moment)
 
 
+def enqueued_ms(task_id: str, recorded: object) -> object:
+    """A task's enqueue time (unix ms), the same whoever reads it: ``enqueue``'s result,
+    ``get_result`` while the task waits and after it ran, and the worker's signals. A plain
+    task's id is its stream entry, whose id is the server's time of the write; a task with
+    ``run_after`` has an id of its own, and the time its envelope carries (``recorded``: the
+    envelope's, the run's context's, or the stored result's copy of it)."""
+    entry = entry_of_task_id(task_id)
+    if entry is not None:
+        return int(entry[1].split("-")[0])
+    return recorded
+
+
 def signature_of(task: Task[Any, Any]) -> inspect.Signature:
     """The arguments a producer gives: the function's, less ``context`` when the task takes
     the context (the worker passes it)."""
@@ -240,7 +252,7 @@ class TetherBackend(BaseTaskBackend):
             task=task,
             id=handle.id,
             status=result_status("READY"),
-            enqueued_at=dj_timezone.now(),
+            enqueued_at=self._enqueued_at(handle.id),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -252,6 +264,16 @@ class TetherBackend(BaseTaskBackend):
         )
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _enqueued_at(self, task_id: str) -> datetime | None:
+        """The enqueue time ``get_result`` will report: a plain task's is in its id; a task
+        with ``run_after`` is read back (one round trip), as the producer does not say
+        which time it wrote into the envelope."""
+        recorded = None
+        if entry_of_task_id(task_id) is None:
+            record, env = _read(self.tether, task_id)
+            recorded = env.enqueued_ms if env is not None else (record or {}).get("enqueued_ms")
+        return from_ms(enqueued_ms(task_id, recorded)) or dj_timezone.now()
 
     async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         # Enqueueing touches no database: any thread will do, not Django's main one.
@@ -296,25 +318,38 @@ def _unknown(key: str) -> str:
 
 
 def _read(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelope | None]:
-    """The task's outcome record, if any, and its envelope while it waits or runs."""
+    """The task's outcome record, if any, and its envelope while it waits or runs.
+
+    A task moves on while it is read (promoted from the scheduled tasks to a stream, settled
+    from its entry to its record): the reads follow it in that order, and start again
+    should it have moved between two of them, so a task that exists is never found
+    nowhere."""
+    found: tuple[dict[str, Any] | None, Envelope | None] = (None, None)
+    for _ in range(3):
+        found = _read_once(app, task_id)
+        if found != (None, None):
+            break
+    return found
+
+
+def _read_once(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelope | None]:
     keys = app.keys(queue_of_task_id(task_id))
     client: Any = app.sync_client
-    raw_record, where, scheduled = (
+    scheduled, where = (
         client.pipeline(transaction=False)
-        .get(keys.result(task_id))
-        .hget(keys.index, task_id)
         .hget(keys.scheduled_payloads, task_id)
+        .hget(keys.index, task_id)
         .execute()
     )
+    located = None if scheduled else locate(task_id, where)
+    pipe = client.pipeline(transaction=False)
+    if located is not None:
+        sidx, entry = located
+        pipe.xrange(keys.streams[sidx - 1], entry, entry)
+    pipe.get(keys.result(task_id))  # last: an entry settled meanwhile has its record now
+    *rows, raw_record = pipe.execute()
     record = app.serializer.loads(raw_record) if raw_record is not None else None
-    payload: bytes | None = None
-    if scheduled:
-        payload = parse_scheduled(scheduled)[1]
-    else:
-        located = locate(task_id, where)
-        if located is not None:
-            sidx, entry = located
-            payload = payload_of(client.xrange(keys.streams[sidx - 1], entry, entry))
+    payload = parse_scheduled(scheduled)[1] if scheduled else payload_of(rows[0]) if rows else None
     env = None
     if payload is not None:
         try:
@@ -334,9 +369,7 @@ def _result(
 ) -> TaskResult[Any]:
     """A Django TaskResult from Tether's records (what Tether does not keep stays empty;
     see docs/producers.md)."""
-    enqueued_ms: object = env.enqueued_ms if env is not None else None
-    if enqueued_ms is None and (entry := entry_of_task_id(task_id)) is not None:
-        enqueued_ms = int(entry[1].split("-")[0])  # a plain task's id is its entry: server ms
+    recorded = env.enqueued_ms if env is not None else record.get("enqueued_ms") if record else None
     attempt = record.get("attempt", 1) if record else env.attempt if env is not None else 1
     errors: list[TaskError] = []
     error = record.get("error") if record else None
@@ -353,7 +386,7 @@ def _result(
         task=task,
         id=task_id,
         status=_status(status),
-        enqueued_at=from_ms(enqueued_ms),
+        enqueued_at=from_ms(enqueued_ms(task_id, recorded)),
         started_at=None,
         finished_at=from_ms(record.get("finished_ms")) if record and status.is_final else None,
         last_attempted_at=None,

@@ -17,8 +17,16 @@ from typing import Any
 
 from tether import ConfigError, Task, Tether, current_task
 from tether.base._config import TaskConfig
+from tether.worker.kit import check_result
 
-from ._backend import TetherBackend, from_ms, result_status, signature_of, tether_priority
+from ._backend import (
+    TetherBackend,
+    enqueued_ms,
+    from_ms,
+    result_status,
+    signature_of,
+    tether_priority,
+)
 from ._compat import (
     FRAMEWORK,
     TaskContext,
@@ -143,7 +151,7 @@ def as_tether_task(app: Tether, task: DjangoTask[Any, Any]) -> Task[Any, Any]:
         async def run(*args: Any, **kwargs: Any) -> Any:
             result, call_args = _started(task, args, kwargs)
             try:
-                value = await func(*call_args, **kwargs)
+                value = storable(app, await func(*call_args, **kwargs))
             except BaseException as exc:
                 _finished(result, error=exc)
                 raise
@@ -160,7 +168,7 @@ def as_tether_task(app: Tether, task: DjangoTask[Any, Any]) -> Task[Any, Any]:
             close_old_connections()
             result, call_args = _started(task, args, kwargs)
             try:
-                value = func(*call_args, **kwargs)
+                value = storable(app, func(*call_args, **kwargs))
             except BaseException as exc:
                 _finished(result, error=exc)
                 raise
@@ -178,6 +186,16 @@ def as_tether_task(app: Tether, task: DjangoTask[Any, Any]) -> Task[Any, Any]:
     return Task(app, run, config)
 
 
+def storable(app: Tether, value: Any) -> Any:
+    """``value``, once the app's serializer has encoded it: a value it cannot encode raises
+    :class:`tether.ResultSerializationError` (a ``TypeError``) here, inside the task, so
+    ``task_finished`` says FAILED with that error, as the stored result and the worker's log
+    do. Checked after the call, the worker would fail the task once Django had been told it
+    succeeded. The same check and words as the worker's (``check_result``)."""
+    check_result(app.serializer, value, app.serializer.dumps)
+    return value
+
+
 def _started(
     task: DjangoTask[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[TaskResult[Any], tuple[Any, ...]]:
@@ -189,7 +207,7 @@ def _started(
         task=task,
         id=ctx.task_id,
         status=result_status("RUNNING"),
-        enqueued_at=from_ms(ctx.enqueued_ms),
+        enqueued_at=from_ms(enqueued_ms(ctx.task_id, ctx.enqueued_ms)),
         started_at=now,
         finished_at=None,
         last_attempted_at=now,
