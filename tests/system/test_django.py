@@ -293,6 +293,44 @@ def test_an_unserialisable_return_value_fails_in_the_signal_the_result_and_the_l
     assert "state=FAILED" in django_lines[-1].getMessage()
 
 
+@pytest.mark.parametrize(
+    ("how", "error"), [("exit", "SystemExit"), ("interrupt", "KeyboardInterrupt")]
+)
+def test_a_django_task_that_exits_fails_and_the_worker_serves_on(
+    tasks_backend: Any,
+    url: str,
+    namespace: str,
+    tmp_path: Path,
+    workers: list[WorkerProcess],
+    rds: redis.Redis,
+    how: str,
+    error: str,
+) -> None:
+    """sys.exit() or KeyboardInterrupt in a Django task fails it (FAILED, with the exception
+    class, as Django's immediate backend records SystemExit) and the worker runs the next
+    task; before, the task took the `tether worker` process down."""
+    from shop import tasks
+
+    worker = django_worker(url, namespace, tmp_path)
+    workers.append(worker)
+    worker.wait_ready(rds)
+    left = tasks.leave.enqueue(how)
+    after = tasks.add.enqueue(2, 2)
+
+    def finished(result: Any) -> bool:
+        code = worker.process.poll()
+        assert code is None, f"the worker exited with {code}:\n{worker.log()}"
+        result.refresh()
+        return bool(result.is_finished)
+
+    for result in (left, after):
+        wait_until(lambda r=result: finished(r), timeout=20)
+    assert after.return_value == 4
+    assert left.status == "FAILED"
+    assert left.errors[0].exception_class.__name__ == error
+    assert f"id={left.id} path=shop.tasks.leave state=FAILED" in worker.log()
+
+
 def test_bad_options_are_reported_by_django_checks(django_site: None) -> None:
     from tether.contrib.django import TetherBackend
 
