@@ -21,11 +21,13 @@ import pytest
 import redis
 from taskiq import AckableMessage, SimpleRetryMiddleware, SmartRetryMiddleware
 from taskiq.abc.serializer import TaskiqSerializer
+from taskiq.api import run_receiver_task
 from taskiq.exceptions import SendTaskError
 from taskiq.kicker import AsyncKicker
 from taskiq.receiver import Receiver
 
 from tether import ConfigError, EnqueueError, WorkerSettings
+from tether.base._embedded import free_port
 from tether.contrib.taskiq import TetherBroker, current_delivery
 from tether.protocol._keys import GROUP, QueueKeys
 
@@ -102,7 +104,15 @@ async def test_bad_labels_fail_the_kick_with_the_label_named_and_write_nothing(
     await broker.startup()
     try:
         for labels, words in (
-            ({"priority": 5}, "label priority='5' must be 'high', 'normal' or 'low'"),
+            (
+                {"priority": "urgent"},
+                "label priority='urgent' must be 'high', 'normal' or "
+                "'low', or a number (above 0: high, 0: normal, below 0: low)",
+            ),
+            (
+                {"queue_name": "no spaces"},
+                "label queue_name: queue 'no spaces' is not a valid name",
+            ),
             ({"delay": "soon"}, "label delay='soon' must be a number of seconds"),
             ({"dedup_key": ""}, "label dedup_key='' must be text of 1 to 512 characters"),
             ({"dedup_key_ttl": 5}, "dedup_key_ttl is set without dedup_key"),
@@ -114,6 +124,164 @@ async def test_bad_labels_fail_the_kick_with_the_label_named_and_write_nothing(
     finally:
         await broker.shutdown()
     assert not rds.keys(f"*{namespace}*")
+
+
+async def test_numeric_priorities_map_to_the_three_streams_by_their_sign(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """A number is a priority as on RabbitMQ (higher is more urgent; taskiq-redis ignores
+    the label): above 0 high, 0 normal (an unlabelled message), below 0 low."""
+    broker = make_broker(url, namespace, max_pending=1)
+    order: list[str] = []
+
+    @broker.task(task_name="note")
+    async def note(tag: str) -> None:
+        order.append(tag)
+
+    await broker.startup()
+    for priority in (-3, 0, 5, "7", 0.5, -0.5, "normal"):
+        await note.kicker().with_labels(priority=priority).kiq(str(priority))
+    keys = QueueKeys.of(namespace, "taskiq")
+    assert [rds.xlen(keys.stream(p)) for p in ("high", "normal", "low")] == [3, 2, 2]
+    async with receiving(broker, max_async_tasks=1):
+        await eventually(lambda: len(order) == 7, timeout=10)
+    assert order == ["5", "7", "0.5", "0", "normal", "-3", "-0.5"]
+    assert leftovers(rds, namespace) == 0
+
+
+async def test_the_queue_name_label_sends_a_message_to_that_queue_s_worker(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """As taskiq-redis sends a message to the stream its ``queue_name`` names, the label sends
+    it to that Tether queue of the namespace, plain, delayed and deduplicated alike; the
+    broker of that queue runs it and the producer's own queue stays empty."""
+    producer = make_broker(url, namespace)
+    emails = make_broker(url, namespace, queue="emails")
+    sent: list[tuple[str, str]] = []
+
+    for broker in (producer, emails):
+
+        @broker.task(task_name="send_email")
+        async def send_email(to: str) -> None:
+            delivery = current_delivery()
+            assert delivery is not None
+            sent.append((to, delivery.queue))
+
+    await producer.startup()
+
+    def kicker(**labels: Any) -> AsyncKicker[Any, Any]:
+        return AsyncKicker("send_email", producer, {"queue_name": "emails", **labels})
+
+    await kicker().kiq("a@example.com")
+    await kicker(delay=0.2).kiq("b@example.com")
+    first = await kicker(dedup_key="c").kiq("c@example.com")
+    again = await kicker(dedup_key="c").kiq("c@example.com")
+    assert again.task_id == first.task_id  # the duplicate was refused in the queue named
+    assert leftovers(rds, namespace) == 0  # nothing in the producer's queue
+    email_keys = QueueKeys.of(namespace, "emails")
+    assert rds.xlen(email_keys.stream("normal")) == 2 and rds.zcard(email_keys.delayed) == 1
+    async with receiving(emails):
+        await eventually(lambda: len(sent) == 3, timeout=10)
+    await producer.shutdown()
+    assert sorted(sent) == [(f"{c}@example.com", "emails") for c in "abc"]
+    assert sum(int(rds.xlen(s)) for s in email_keys.streams) == 0
+
+
+async def test_code_reading_listen_itself_may_await_the_ack_or_call_it(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """taskiq's AckableMessage takes a sync or an async ack, so code that reads
+    ``broker.listen()`` itself (taskiq-redis's tests do) writes ``await message.ack()``."""
+    broker = make_broker(url, namespace)
+
+    @broker.task(task_name="job")
+    async def job(n: int) -> None: ...
+
+    await broker.startup()
+    await job.kiq(1)
+    await job.kiq(2)
+    got: list[bytes] = []
+    async with contextlib.aclosing(broker.listen()) as messages:
+        async for message in messages:
+            got.append(message.data)
+            if len(got) == 1:
+                await message.ack()
+            else:
+                message.ack()  # a plain call acknowledges too
+                break
+    assert [broker.formatter.loads(data).args for data in got] == [[1], [2]]
+    await broker.shutdown()
+    assert leftovers(rds, namespace) == 0  # both acks were taken: the entries are settled
+
+
+async def test_receivers_share_a_broker_and_a_later_one_listens_again(
+    url: str, namespace: str, rds: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two receivers on one started broker (one through taskiq's ``run_receiver_task``, which
+    listens again at once whenever listening fails) both serve it, the second goes on when
+    the first stops, and a receiver started after both ended gets the next message: no
+    listener is refused, so nothing spins."""
+    broker = make_broker(url, namespace)
+    ran: list[str] = []
+
+    @broker.task(task_name="note")
+    async def note(tag: str) -> None:
+        await asyncio.sleep(0.05)
+        ran.append(tag)
+
+    await broker.startup()
+    broker.is_worker_process = True
+    first_done = asyncio.Event()
+    first = asyncio.create_task(Receiver(broker, max_async_tasks=2).listen(first_done))
+    second = asyncio.create_task(run_receiver_task(broker, max_async_tasks=2))
+    await eventually(lambda: broker.tether_consumer is not None and broker.tether_consumer.ready)
+    await eventually(lambda: broker.tether_consumer.listeners == 2)  # type: ignore[union-attr]
+    for i in range(8):
+        await note.kiq(f"a{i}")
+    await eventually(lambda: len(ran) == 8, timeout=10)
+    first_done.set()
+    await asyncio.wait_for(first, 10)
+    await note.kiq("b")
+    await eventually(lambda: "b" in ran, timeout=10)
+    second.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await second
+    await note.kiq("c")  # kicked while nobody listens
+    third_done = asyncio.Event()
+    third = asyncio.create_task(Receiver(broker, max_async_tasks=2).listen(third_done))
+    await eventually(lambda: "c" in ran, timeout=10)
+    third_done.set()
+    await asyncio.wait_for(third, 10)
+    await broker.shutdown()
+    assert sorted(ran) == sorted([f"a{i}" for i in range(8)] + ["b", "c"])
+    spins = [r for r in caplog.records if "Exception found while listening" in r.getMessage()]
+    assert not spins
+    assert leftovers(rds, namespace) == 0
+
+
+async def test_a_listener_after_a_failed_one_waits_before_starting_again(
+    url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listener that cannot start (here: a server that is not there) fails; taskiq's
+    ``run_receiver_task`` then listens again at once, forever. Each new start waits longer
+    (``reconnect_delay``), so a second holds a few attempts, not thousands."""
+    port = free_port()
+    broker = TetherBroker(
+        f"redis://127.0.0.1:{port}/0", namespace=namespace,
+        **{**FAST, "give_up_after": 0.1, "reconnect_max_delay": 0.4},
+    )  # fmt: skip
+
+    @broker.task(task_name="note")
+    async def note() -> None: ...
+
+    runner = asyncio.create_task(run_receiver_task(broker))
+    await asyncio.sleep(2.0)
+    runner.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await runner
+    await broker.shutdown()
+    failed = [r for r in caplog.records if "Exception found while listening" in r.getMessage()]
+    assert 2 <= len(failed) <= 12, len(failed)
 
 
 async def test_a_dedup_key_keeps_one_task_and_a_duplicate_kick_returns_its_handle(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 import redis.exceptions
 from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 
-from ...base._errors import ConfigError, ServerError, TetherError
+from ...base._errors import ConfigError, ServerError
 from ...base._redis import AsyncClient
 from ...base._settings import (
     WorkerSettings,
@@ -178,6 +179,10 @@ class TetherBroker(AsyncBroker):
         self._envelopes = JsonSerializer()
         self.tether_consumer: Consumer | None = None
         """The worker side, while this process listens."""
+        self._failures = 0
+        """Listeners (or consumer starts) that failed in a row: the next one waits first."""
+        self._join_lock: asyncio.Lock | None = None
+        self._join_loop: asyncio.AbstractEventLoop | None = None
         self.tether_duplicates: dict[str, str] = {}
         """taskiq id of a refused duplicate -> taskiq id of the task holding its key."""
         self.add_middlewares(TetherMiddleware())
@@ -211,7 +216,9 @@ class TetherBroker(AsyncBroker):
 
     async def kick(self, message: BrokerMessage) -> None:
         """Enqueue one message: an ``XADD``, or Tether's enqueue script when it is delayed
-        (``delay`` label) or deduplicated (``dedup_key`` label)."""
+        (``delay`` label) or deduplicated (``dedup_key`` label). The ``queue_name`` label
+        sends it to that queue of the broker's namespace (served by a broker made with
+        ``queue=`` that name), as taskiq-redis sends it to the stream it names."""
         kick = plan(message.task_name, message.labels)
         client = await self._producer()
         try:
@@ -225,7 +232,8 @@ class TetherBroker(AsyncBroker):
     async def _send(self, client: AsyncClient, message: BrokerMessage, kick: Kick) -> None:
         """Tether's own enqueue steps (``tether.producer``) with taskiq's message inside."""
         now_ms = int(time.time() * 1000)
-        keys = self._keys
+        queue = kick.queue or self.queue
+        keys = self._keys if kick.queue is None else self.core.keys(kick.queue)
         if kick.plain:
             payload = wrap(
                 self._envelopes,
@@ -237,7 +245,7 @@ class TetherBroker(AsyncBroker):
             steps = plain_steps(keys.streams[kick.sidx - 1], [payload], replicas=False)
             await execute(self.core, steps, client)
             return
-        task_id = tether_id(self.queue, message.task_id)
+        task_id = tether_id(queue, message.task_id)
         payload = wrap(
             self._envelopes,
             task_name=message.task_name,
@@ -255,7 +263,7 @@ class TetherBroker(AsyncBroker):
         (reply,) = await execute(self.core, steps, client)
         if reply.duplicate_of is None:
             return
-        holder = taskiq_id_of(self.queue, reply.duplicate_of)
+        holder = taskiq_id_of(queue, reply.duplicate_of)
         if holder == message.task_id:
             # taskiq kicked the task holding the key again (a retry): it is that task.
             await self._send(client, message, replace(kick, dedup_key=None, dedup_ttl=None))
@@ -277,32 +285,92 @@ class TetherBroker(AsyncBroker):
     # -- consuming ----------------------------------------------------------------------
 
     async def listen(self) -> AsyncGenerator[AckableMessage, None]:
-        """Messages for taskiq's receiver, each acknowledged by a fenced settle."""
-        if self.tether_consumer is not None:
-            raise TetherError("this TetherBroker is listening already; one listener a process")
-        consumer = Consumer(
-            self.core,
-            replace(self._settings, name=self._consumer_name()),
-            find_task=self.find_task,
-            counts_starts=any(isinstance(m, TetherMiddleware) for m in self.middlewares),
-            dead_letter_failures=self._dead_letter_failures,
-            ack_linger=self._ack_linger,
-        )
-        self.tether_consumer = consumer
+        """Messages for taskiq's receiver, each acknowledged by a fenced settle.
+
+        Listeners running at once (two receivers on one broker, as ``RedisStreamBroker``
+        serves them) pull from this process's one consumer: a message goes to one of them.
+        A listener started after every earlier one ended gets a fresh consumer, once the
+        tasks those started are acknowledged. After a listener failed, the next one starts
+        after a pause that grows with each failure (``reconnect_delay``), so a receiver that
+        listens again at once (taskiq's ``run_receiver_task``) never spins."""
+        consumer = await self._join()
         try:
-            await consumer.start()
             while True:
                 got = await consumer.next()
                 if got is None:
                     return
                 delivery, data = got
+                self._failures = 0
                 ack = functools.partial(consumer.ack, delivery)
                 yield AckableMessage(data=data, ack=ack)
         except ServerError as exc:
+            self._failures += 1
             _stop_taskiq_process_manager(exc)
             raise
+        except Exception:
+            self._failures += 1
+            raise
         finally:
-            await consumer.stop_fetching()
+            consumer.listeners -= 1
+            if consumer.listeners == 0:
+                await consumer.stop_fetching()
+
+    async def _join(self) -> Consumer:
+        """The consumer a new listener pulls from: the serving one, else a fresh one."""
+        async with self._joining():
+            current = self.tether_consumer
+            if current is not None and current.serving:
+                current.listeners += 1
+                return current
+            if current is not None:
+                await self._retire(current)
+            if self._failures:
+                pause = self._settings.reconnect_delay(self._failures)
+                log.warning(
+                    "the last listener of this broker failed (%d in a row): listening "
+                    "again in %.2fs", self._failures, pause,
+                )  # fmt: skip
+                await asyncio.sleep(pause)
+            consumer = self.tether_consumer = Consumer(
+                self.core,
+                replace(self._settings, name=self._consumer_name()),
+                find_task=self.find_task,
+                counts_starts=any(isinstance(m, TetherMiddleware) for m in self.middlewares),
+                dead_letter_failures=self._dead_letter_failures,
+                ack_linger=self._ack_linger,
+            )
+            try:
+                await consumer.start()
+            except ServerError as exc:
+                self._failures += 1
+                _stop_taskiq_process_manager(exc)
+                raise
+            except Exception:
+                self._failures += 1
+                raise
+            consumer.listeners += 1
+            return consumer
+
+    async def _retire(self, consumer: Consumer) -> None:
+        """Close a consumer every listener has left: settle what taskiq acknowledged, hand
+        the rest back, release the lease. The tasks taskiq started from it finish first
+        (their acks are its fenced settles), so the fresh consumer, under the same name,
+        takes over none of them while they run."""
+        if consumer.handover is not None and consumer.handover.started:
+            log.info(
+                "waiting for %d tasks the previous listener started to be acknowledged "
+                "before listening again", consumer.handover.started,
+            )  # fmt: skip
+            await consumer.tasks_acknowledged()
+        self.tether_consumer = None
+        await consumer.close()
+
+    def _joining(self) -> asyncio.Lock:
+        """One listener joins at a time (a lock of the running loop)."""
+        loop = asyncio.get_running_loop()
+        if self._join_lock is None or self._join_loop is not loop:
+            self._join_loop, self._join_lock = loop, asyncio.Lock()
+        return self._join_lock
 
     def _consumer_name(self) -> str | None:
         """The stable name, with the index of taskiq's worker process when it runs several."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 from ...base._settings import WorkerSettings
 from ...producer._core import Core
@@ -21,6 +22,25 @@ from ._delivery import TaskiqDelivery
 from ._handover import Handover
 
 log = logging.getLogger("tether.taskiq")
+
+
+class Acked:
+    """What an ack returns. taskiq's ``AckableMessage.ack`` may be sync or async: its
+    receiver awaits what the callback returns if it can be awaited, and code that reads
+    ``broker.listen()`` itself writes ``await message.ack()`` (taskiq-redis's acks are
+    coroutines) or calls it plainly. The ack is taken (batched into a fenced settle) by the
+    call itself, so both work: awaiting this returns at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield from ()
+
+    def __repr__(self) -> str:
+        return "<ack taken>"
+
+
+ACKED = Acked()
 
 
 class Consumer:
@@ -52,6 +72,8 @@ class Consumer:
         """Set once started (the middleware reports taskiq's starts and failures to it)."""
         self.ready = False
         """Set once the lease is held and fetching has begun (for tests and embedders)."""
+        self.listeners = 0
+        """The broker's listen() generators pulling from this consumer now."""
 
     # -- start --------------------------------------------------------------------------
 
@@ -103,6 +125,20 @@ class Consumer:
         )
         return self.handover
 
+    @property
+    def serving(self) -> bool:
+        """Started and still fetching: a listener may pull from it."""
+        engine = self._engine
+        return self.ready and engine is not None and not engine.stopping()
+
+    async def tasks_acknowledged(self) -> None:
+        """Until every message whose task taskiq started is acknowledged (a receiver runs
+        its tasks to the end after its listener stopped). Only the middleware tells a
+        started message from one taskiq dropped unstarted; without it this returns at once."""
+        engine = self._engine
+        while engine is not None and self.handover is not None and self.handover.started > 0:
+            await engine.wait_for_work(1.0)  # each ack wakes it
+
     # -- hand-over to taskiq ------------------------------------------------------------
 
     async def next(self) -> tuple[TaskiqDelivery, bytes] | None:
@@ -126,10 +162,12 @@ class Consumer:
             if data is not None:
                 return delivery, data
 
-    def ack(self, delivery: TaskiqDelivery) -> None:
-        """taskiq acknowledged a message (the broker's ack callback)."""
+    def ack(self, delivery: TaskiqDelivery) -> Acked:
+        """taskiq acknowledged a message (the broker's ack callback): the ack is taken at
+        once; what it returns may be awaited."""
         assert self.handover is not None
         self.handover.ack(delivery)
+        return ACKED
 
     # -- stop ---------------------------------------------------------------------------
 

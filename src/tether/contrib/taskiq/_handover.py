@@ -76,6 +76,8 @@ class Handover:
         """Entries handed to taskiq and not yet acknowledged."""
         self._handed: dict[str, deque[TaskiqDelivery]] = {}
         """Handed to taskiq and not yet started, by taskiq task id."""
+        self.started = 0
+        """Entries whose task taskiq started (the middleware says so) and has not acknowledged."""
 
     # -- waiting here -------------------------------------------------------------------
 
@@ -214,6 +216,7 @@ class Handover:
         if not handed:
             del self._handed[taskiq_id]
         d.started = True
+        self.started += 1
         if d.suspect and not await self._count_start(d):
             self._out_of_hands(d)
             self._wake()
@@ -246,7 +249,9 @@ class Handover:
         """The delivery is out of taskiq's hands."""
         self.busy -= 1
         self.waiting.ended(d)
-        if not d.started:
+        if d.started:
+            self.started -= 1
+        else:
             handed = self._handed.get(d.taskiq_id)
             if handed is not None and d in handed:
                 handed.remove(d)

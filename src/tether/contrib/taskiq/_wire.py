@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...base._errors import EnqueueError, TetherError
-from ...base._settings import PRIORITIES
+from ...base._errors import ConfigError, EnqueueError, TetherError
+from ...base._settings import PRIORITIES, check_name
 from ...protocol._envelope import ENVELOPE_VERSION, Envelope, Serializer
 
 TASKIQ_FIELD = "taskiq"
@@ -31,7 +32,11 @@ TASKIQ_FIELD = "taskiq"
 DELAY_LABEL = "delay"
 """Seconds from now (a number, or text holding one); taskiq's SmartRetryMiddleware sets it."""
 PRIORITY_LABEL = "priority"
-"""'high', 'normal' or 'low': the stream the message goes to."""
+"""'high', 'normal' or 'low', or a number (see :func:`stream_of`): the stream the message
+goes to."""
+QUEUE_LABEL = "queue_name"
+"""The Tether queue of the broker's namespace the message goes to, as taskiq-redis sends it
+to the stream this label names; default the broker's queue."""
 DEDUP_KEY_LABEL = "dedup_key"
 """At most one message with this key queued, delayed or running at a time."""
 DEDUP_TTL_LABEL = "dedup_key_ttl"
@@ -44,6 +49,8 @@ class Kick:
 
     sidx: int
     """1-based stream index (1 high, 2 normal, 3 low)."""
+    queue: str | None = None
+    """Another queue than the broker's (the ``queue_name`` label)."""
     delay_ms: int | None = None
     dedup_key: str | None = None
     dedup_ttl: float | None = None
@@ -57,12 +64,14 @@ class Kick:
 def plan(task_name: str, labels: Mapping[str, Any]) -> Kick:
     """Read the labels Tether acts on; a bad value raises :class:`EnqueueError` naming it
     (taskiq's kicker turns it into ``SendTaskError`` with this error as its cause)."""
-    sidx = 2
     priority = labels.get(PRIORITY_LABEL)
-    if priority is not None:
-        if priority not in PRIORITIES:
-            raise _bad(task_name, PRIORITY_LABEL, priority, "'high', 'normal' or 'low'")
-        sidx = PRIORITIES.index(priority) + 1
+    sidx = 2 if priority is None else stream_of(task_name, priority)
+    queue = labels.get(QUEUE_LABEL)
+    if queue is not None:
+        try:
+            check_name("queue", queue)
+        except ConfigError as exc:
+            raise EnqueueError(f"task {task_name!r}: label {QUEUE_LABEL}: {exc}") from None
     delay_ms = None
     delay = labels.get(DELAY_LABEL)
     if delay is not None:
@@ -84,7 +93,25 @@ def plan(task_name: str, labels: Mapping[str, Any]) -> Kick:
             raise EnqueueError(
                 f"task {task_name!r}: label {DEDUP_TTL_LABEL} is set without {DEDUP_KEY_LABEL}"
             )
-    return Kick(sidx, delay_ms, key, hold)
+    return Kick(sidx, queue, delay_ms, key, hold)
+
+
+PRIORITY_EXPECTED = (
+    "'high', 'normal' or 'low', or a number (above 0: high, 0: normal, below 0: low)"
+)
+
+
+def stream_of(task_name: str, priority: Any) -> int:
+    """The 1-based stream of a ``priority`` label. Tether has three levels; a number maps by
+    its sign, a higher number being the more urgent as on RabbitMQ (taskiq-aio-pika's
+    ``priority``; taskiq-redis ignores the label): above 0 is ``high``, 0 (what an unlabelled
+    message is there) ``normal``, below 0 ``low``."""
+    if priority in PRIORITIES:
+        return PRIORITIES.index(priority) + 1
+    number = _number(priority)
+    if number is None or not math.isfinite(number):
+        raise _bad(task_name, PRIORITY_LABEL, priority, PRIORITY_EXPECTED)
+    return 1 if number > 0 else 2 if number == 0 else 3
 
 
 def _number(value: Any) -> float | None:
