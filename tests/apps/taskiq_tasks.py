@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
 
 from taskiq import SimpleRetryMiddleware
@@ -103,3 +104,27 @@ async def flaky(tag: str, failures: int) -> str:
         raise RuntimeError(f"{tag} fails")
     await _note("runs", tag)
     return tag
+
+
+@broker.task(task_name="exits")
+async def exits(tag: str, code: int) -> None:
+    """Calls ``sys.exit(code)``: the attempt fails, the worker process serves on."""
+    await _note("starts", tag)
+    sys.exit(code)
+
+
+@broker.task(task_name="exits_sync")
+def exits_sync(tag: str, code: int) -> None:
+    """The same in a sync task, which taskiq runs on a thread of its executor."""
+    sys.exit(code)
+
+
+@broker.task(task_name="interrupted")
+async def interrupted(tag: str) -> None:
+    await _note("starts", tag)
+    raise KeyboardInterrupt(tag)
+
+
+@broker.task(task_name="interrupted_sync")
+def interrupted_sync(tag: str) -> None:
+    raise KeyboardInterrupt(tag)

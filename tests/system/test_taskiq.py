@@ -250,6 +250,46 @@ def test_a_poison_task_that_kills_every_worker_ends_in_the_dead_letters(
     wait_until(lambda: not pending(rds, namespace))
 
 
+def test_a_task_that_calls_sys_exit_or_is_interrupted_fails_and_the_worker_serves_on(
+    url: str, namespace: str, rds: redis.Redis, tmp_path: Path, taskiq_workers: list[TaskiqWorker]
+) -> None:
+    """``sys.exit()`` or ``KeyboardInterrupt`` in a task, async or sync (on taskiq's thread
+    pool), fails that attempt: taskiq's receiver catches it as any error, the middleware
+    sends it to the dead letters with the exception recorded, and the same worker process
+    runs the next task. Nothing is left pending to take down the next worker."""
+    a = TaskiqWorker(url, namespace, "a", log_dir=tmp_path, max_async_tasks=1)
+    taskiq_workers.append(a)
+    a.wait_ready(rds)
+    child = a.child()
+    kiq(url, namespace, "exits", ("async-exit", 3))
+    kiq(url, namespace, "exits_sync", ("sync-exit", 4))
+    kiq(url, namespace, "interrupted", ("async-interrupt",))
+    kiq(url, namespace, "interrupted_sync", ("sync-interrupt",))
+    kiq(url, namespace, "record", ("after",))
+    wait_until(lambda: runs(rds, namespace), timeout=15)
+    assert [(r.tag, r.pid) for r in runs(rds, namespace)] == [("after", child)]
+    assert a.alive() and a.children() == [child], "the worker process was replaced"
+    dead_key = QueueKeys.of(namespace, QUEUE).dead
+    wait_until(lambda: rds.xlen(dead_key) == 4, timeout=10)
+    letters = {json.loads(fields[b"m"])["task"]: fields for _, fields in rds.xrange(dead_key)}
+    expected = {
+        "exits": ("SystemExit", "3"),
+        "exits_sync": ("SystemExit", "4"),
+        "interrupted": ("KeyboardInterrupt", "async-interrupt"),
+        "interrupted_sync": ("KeyboardInterrupt", "sync-interrupt"),
+    }
+    for task, (kind, message) in expected.items():
+        letter = letters[task]
+        assert letter[b"status"] == b"failed", letter
+        error = json.loads(letter[b"error"])
+        assert (error["type"], error["message"]) == (kind, message), error
+        assert letter[b"reason"].decode() == (
+            f"failed and taskiq did not retry it: {kind}: {message}"
+        )
+    wait_until(lambda: not pending(rds, namespace))
+    assert stream_lengths(rds, namespace) == [0, 0, 0]
+
+
 def test_tether_dead_show_and_retry_on_a_taskiq_letter(
     url: str, namespace: str, rds: redis.Redis, tmp_path: Path, taskiq_workers: list[TaskiqWorker]
 ) -> None:
