@@ -289,7 +289,12 @@ class TetherBackend(BaseTaskBackend):
         except (ConfigError, TaskNotFound) as exc:
             raise TaskResultDoesNotExist(str(exc)) from None
         record, env = _read(app, result_id)
-        name = env.task if env is not None else str((record or {}).get("task", ""))
+        if record is None and env is None:
+            raise TaskResultDoesNotExist(
+                f"task {result_id} is {status.value}, but neither its entry nor its result is "
+                "left (the result expired, or was not stored)"
+            )
+        name = env.task if env is not None else str(record.get("task", "")) if record else ""
         try:
             task = import_string(name)
         except ImportError as exc:
