@@ -327,8 +327,8 @@ def _read(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelope | 
 
     A task moves on while it is read (promoted from the scheduled tasks to a stream, settled
     from its entry to its record): the reads follow it in that order, and start again
-    should it have moved between two of them, so a task that exists is never found
-    nowhere."""
+    should it have moved between two of them, so a task that exists is found somewhere (a
+    finishing task was reported missing to a caller polling ``refresh()``)."""
     found: tuple[dict[str, Any] | None, Envelope | None] = (None, None)
     for _ in range(3):
         found = _read_once(app, task_id)
