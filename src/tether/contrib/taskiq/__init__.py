@@ -13,9 +13,10 @@ envelope whose ``task`` is taskiq's task name and whose ``taskiq`` field carries
 own bytes unchanged (``{"id": <taskiq task id>, "message": <text>}``, or ``message_b64`` for
 a binary serializer). The worker hands taskiq exactly the bytes it kicked; ``tether dead
 list|show|retry --queue taskiq`` read and re-enqueue these envelopes like any other. The
-``delay`` label sends a message to the queue's delayed set, ``priority`` picks the stream,
-``dedup_key`` (and ``dedup_key_ttl``) keeps at most one such message queued, delayed or
-running.
+``delay`` label sends a message to the queue's delayed set, ``priority`` picks the stream
+(a number by its sign: above 0 high, 0 normal, below 0 low), ``queue_name`` sends it to another
+queue of the namespace, ``dedup_key`` (and ``dedup_key_ttl``) keeps at most one such message
+queued, delayed or running.
 
 **What runs where.** taskiq's receiver runs the tasks; Tether's worker machinery does the
 rest in each taskiq worker process: a thread renews the lease; maintenance reclaims dead
