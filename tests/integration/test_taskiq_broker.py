@@ -212,6 +212,9 @@ async def test_code_reading_listen_itself_may_await_the_ack_or_call_it(
     assert [broker.formatter.loads(data).args for data in got] == [[1], [2]]
     await broker.shutdown()
     assert leftovers(rds, namespace) == 0  # both acks were taken: the entries are settled
+    # as done: the companion middleware saw neither start (no receiver ran them), yet a
+    # message whose bytes parse is no message the receiver skipped as unreadable.
+    assert dead_letters(rds, namespace) == []
 
 
 async def test_receivers_share_a_broker_and_a_later_one_listens_again(

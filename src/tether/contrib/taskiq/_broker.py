@@ -335,6 +335,7 @@ class TetherBroker(AsyncBroker):
                 self.core,
                 replace(self._settings, name=self._consumer_name()),
                 find_task=self.find_task,
+                read_task_id=self._read_task_id,
                 counts_starts=any(isinstance(m, TetherMiddleware) for m in self.middlewares),
                 dead_letter_failures=self._dead_letter_failures,
                 ack_linger=self._ack_linger,
@@ -371,6 +372,16 @@ class TetherBroker(AsyncBroker):
         if self._join_lock is None or self._join_loop is not loop:
             self._join_loop, self._join_lock = loop, asyncio.Lock()
         return self._join_lock
+
+    def _read_task_id(self, data: bytes) -> str | None:
+        """The task id in taskiq's bytes as its receiver reads them (this broker's
+        formatter), or None when the receiver could not read them."""
+        try:
+            message = self.formatter.loads(message=data)
+            message.parse_labels()
+        except Exception:
+            return None
+        return message.task_id
 
     def _consumer_name(self) -> str | None:
         """The stable name, with the index of taskiq's worker process when it runs several."""

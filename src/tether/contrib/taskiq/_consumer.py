@@ -52,6 +52,7 @@ class Consumer:
         settings: WorkerSettings,
         *,
         find_task: Callable[[str], object | None],
+        read_task_id: Callable[[bytes], str | None],
         counts_starts: bool,
         dead_letter_failures: bool,
         ack_linger: float = 0.0,
@@ -64,6 +65,7 @@ class Consumer:
         self.counters = WorkerCounters()
         self.ledger = Ledger(settings.pending_limit)
         self._find_task = find_task
+        self._read_task_id = read_task_id
         self._counts_starts = counts_starts
         self._dead_letter_failures = dead_letter_failures
         self._ack_linger = ack_linger
@@ -118,6 +120,7 @@ class Consumer:
             settle=parts.settle,
             wake=parts.wake,
             find_task=self._find_task,
+            read_task_id=self._read_task_id,
             max_deliveries=self.settings.max_deliveries,
             result_ttl_ms=int(self.core.settings.result_ttl * 1000),
             counts_starts=self._counts_starts,

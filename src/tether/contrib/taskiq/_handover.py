@@ -51,6 +51,7 @@ class Handover:
         settle: Callable[[Delivery, policy.Outcome], None],
         wake: Callable[[], None],
         find_task: Callable[[str], object | None],
+        read_task_id: Callable[[bytes], str | None],
         max_deliveries: int,
         result_ttl_ms: int,
         counts_starts: bool,
@@ -63,6 +64,8 @@ class Handover:
         self._settle = settle
         self._wake = wake
         self._find_task = find_task
+        self._read_task_id = read_task_id
+        """The task id taskiq's receiver reads in a message's bytes (None: unreadable)."""
         self._max_deliveries = max_deliveries
         self._ttl_ms = result_ttl_ms
         self._counts_starts = counts_starts
@@ -262,7 +265,7 @@ class Handover:
         env, target = d.envelope, d.target
         assert env is not None
         assert target is not None
-        if self._counts_starts and not d.started:
+        if self._counts_starts and not d.started and not self._read_by_caller(d):
             # taskiq acks a message it cannot parse without running it (and without calling
             # any middleware); a message whose task id differs from its envelope's looks the
             # same here, and is no message this broker kicked either.
@@ -283,6 +286,18 @@ class Handover:
         elif not d.retried:  # a retried attempt was counted as such
             self.counters.succeeded += 1
         return policy.success(target, self._serializer, env, None)
+
+    def _read_by_caller(self, d: TaskiqDelivery) -> bool:
+        """An ack the middleware never saw start: taskiq's receiver skipping a message it
+        cannot read, or code that reads ``broker.listen()`` itself (no receiver, so no
+        middleware) acknowledging one it handled. Only the second holds a message whose
+        bytes read back to its own task id; that costs a parse, on this path alone."""
+        assert d.envelope is not None
+        try:
+            data, taskiq_id = unwrap(d.envelope)
+        except NotTaskiq:
+            return False
+        return self._read_task_id(data) == taskiq_id
 
     def _dead(
         self, d: TaskiqDelivery, env: Envelope | None, reason: str, task_id: str = ""
