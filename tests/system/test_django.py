@@ -253,6 +253,12 @@ def test_enqueue_get_result_and_the_signals_agree_on_enqueued_at(tasks_backend: 
         assert ran.status == "SUCCESSFUL", name
         assert seen[result.id] == [result.enqueued_at] * 2, name
         assert ran.enqueued_at == result.enqueued_at, name
+        # When it ran, from the stored outcome (was None once the worker's signals had gone).
+        assert ran.started_at is not None and ran.started_at == ran.last_attempted_at, name
+        assert ran.finished_at is not None, name
+        assert ran.enqueued_at <= ran.started_at <= ran.finished_at, name
+    waiting = tasks.add.get_result(enqueued["later"].id)
+    assert (waiting.started_at, waiting.last_attempted_at) == (None, None)
 
 
 def test_an_unserialisable_return_value_fails_in_the_signal_the_result_and_the_log(

@@ -387,14 +387,17 @@ def _result(
             )
         )
     started = status is TaskStatus.RUNNING or (status.is_final and attempt)
+    # A record's started_ms is its attempt's start. A Django task is never retried by
+    # Tether (Django has no retries), so that is also when the task first started.
+    last_start = from_ms(record.get("started_ms")) if record else None
     result: TaskResult[Any] = TaskResult(
         task=task,
         id=task_id,
         status=_status(status),
         enqueued_at=from_ms(enqueued_ms(task_id, recorded)),
-        started_at=None,
+        started_at=last_start if attempt == 1 else None,
         finished_at=from_ms(record.get("finished_ms")) if record and status.is_final else None,
-        last_attempted_at=None,
+        last_attempted_at=last_start,
         args=list(env.args) if env is not None else [],
         kwargs=dict(env.kwargs) if env is not None else {},
         backend=alias,
