@@ -28,7 +28,7 @@ from taskiq.receiver import Receiver
 
 from tether import ConfigError, EnqueueError, WorkerSettings
 from tether.base._embedded import free_port
-from tether.contrib.taskiq import TetherBroker, current_delivery
+from tether.contrib.taskiq import TetherBroker, TetherMiddleware, current_delivery
 from tether.protocol._keys import GROUP, QueueKeys
 
 from ..helpers import FAST, eventually
@@ -215,6 +215,68 @@ async def test_code_reading_listen_itself_may_await_the_ack_or_call_it(
     # as done: the companion middleware saw neither start (no receiver ran them), yet a
     # message whose bytes parse is no message the receiver skipped as unreadable.
     assert dead_letters(rds, namespace) == []
+
+
+async def test_code_reading_listen_gets_any_task_name_and_an_unknown_one_is_dead_lettered(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """As taskiq-redis does, listen() hands over a message whatever its task name (its own
+    stream-broker tests kick random names and read them back). A message no task of the
+    broker's handles still ends in the dead letters with the reason once it is acknowledged
+    unrun, as when taskiq's receiver skips it; the known one is done."""
+    broker = make_broker(url, namespace)
+
+    @broker.task(task_name="known")
+    async def known() -> None: ...
+
+    await broker.startup()
+    await AsyncKicker("nobody.has.this", broker, {}).kiq()
+    await known.kiq()
+    names: list[str] = []
+    async with contextlib.aclosing(broker.listen()) as messages:
+        async for message in messages:
+            names.append(broker.formatter.loads(message.data).task_name)
+            await message.ack()
+            if len(names) == 2:
+                break
+    await broker.shutdown()
+    assert names == ["nobody.has.this", "known"]
+    assert leftovers(rds, namespace) == 0
+    (letter,) = dead_letters(rds, namespace)
+    assert (
+        letter[b"reason"]
+        .decode()
+        .startswith(
+            "unknown task 'nobody.has.this': this taskiq worker has no task by that name; it was "
+            "acknowledged without being run"
+        )
+    )
+
+
+async def test_without_the_middleware_an_unknown_name_is_dead_lettered_before_taskiq(
+    url: str, namespace: str, rds: redis.Redis
+) -> None:
+    """Without the companion middleware an ack cannot tell a run from a message taskiq's
+    receiver dropped unrun, so a name no task of the broker's has never reaches it."""
+    broker = make_broker(url, namespace)
+    broker.middlewares = [m for m in broker.middlewares if not isinstance(m, TetherMiddleware)]
+    ran: list[str] = []
+
+    @broker.task(task_name="known")
+    async def known(tag: str) -> None:
+        ran.append(tag)
+
+    await broker.startup()
+    await AsyncKicker("nobody.has.this", broker, {}).kiq()
+    await known.kiq("fine")
+    async with receiving(broker):
+        await eventually(lambda: len(dead_letters(rds, namespace)) == 1 and ran, timeout=10)
+    (letter,) = dead_letters(rds, namespace)
+    assert letter[b"reason"].decode() == (
+        "unknown task 'nobody.has.this': this taskiq worker has no task by that name"
+    )
+    assert ran == ["fine"]
+    assert leftovers(rds, namespace) == 0
 
 
 async def test_receivers_share_a_broker_and_a_later_one_listens_again(

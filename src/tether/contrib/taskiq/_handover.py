@@ -40,6 +40,10 @@ class DeliveryLost(TetherError):
     (its lease lapsed and another worker took it): taskiq must not run it here too."""
 
 
+def unknown_task(name: str) -> str:
+    return f"unknown task {name!r}: this taskiq worker has no task by that name"
+
+
 class Handover:
     def __init__(
         self,
@@ -154,8 +158,12 @@ class Handover:
             log.error("entry %s cannot be run: %s", d.entry_id.decode(), exc)
             self._dead(d, env, str(exc))
             return None
-        if self._find_task(env.task) is None:
-            reason = f"unknown task {env.task!r}: this taskiq worker has no task by that name"
+        if not self._counts_starts and self._find_task(env.task) is None:
+            # Without the middleware an ack cannot tell a run from a message taskiq's
+            # receiver dropped (an unknown name is acknowledged unrun): refuse it here. With
+            # it, the message is handed over as taskiq-redis hands over any name (to code
+            # that reads listen() itself too), and its unrun ack dead-letters it.
+            reason = unknown_task(env.task)
             log.error("entry %s cannot be run: %s", d.entry_id.decode(), reason)
             self._dead(d, env, reason)
             return None
@@ -265,18 +273,12 @@ class Handover:
         env, target = d.envelope, d.target
         assert env is not None
         assert target is not None
-        if self._counts_starts and not d.started and not self._read_by_caller(d):
-            # taskiq acks a message it cannot parse without running it (and without calling
-            # any middleware); a message whose task id differs from its envelope's looks the
-            # same here, and is no message this broker kicked either.
-            reason = (
-                "taskiq's receiver acknowledged it without running it: it could not parse the "
-                "message (see the worker's log), or the message's task id is not the one its "
-                "envelope names"
-            )
-            log.error("entry %s: %s", d.entry_id.decode(), reason)
-            self.counters.dead_lettered += 1
-            return policy.dead(target, self._serializer, env, reason)
+        if self._counts_starts and not d.started:
+            reason = self._unrun_reason(d)
+            if reason is not None:
+                log.error("entry %s: %s", d.entry_id.decode(), reason)
+                self.counters.dead_lettered += 1
+                return policy.dead(target, self._serializer, env, reason)
         if d.failure is not None:
             self.counters.failed += 1
             if self._dead_letter_failures:
@@ -287,17 +289,30 @@ class Handover:
             self.counters.succeeded += 1
         return policy.success(target, self._serializer, env, None)
 
-    def _read_by_caller(self, d: TaskiqDelivery) -> bool:
-        """An ack the middleware never saw start: taskiq's receiver skipping a message it
-        cannot read, or code that reads ``broker.listen()`` itself (no receiver, so no
-        middleware) acknowledging one it handled. Only the second holds a message whose
-        bytes read back to its own task id; that costs a parse, on this path alone."""
-        assert d.envelope is not None
+    def _unrun_reason(self, d: TaskiqDelivery) -> str | None:
+        """Why an ack the middleware never saw start dead-letters its message; None when
+        it is done. taskiq's receiver acknowledges unrun a message it cannot read and one
+        whose task it does not know; code that reads ``broker.listen()`` itself (no
+        receiver, so no middleware) acknowledges what it handled. Only the last holds a
+        message whose bytes read back to its own task id and a known task. That costs a
+        parse, on this path alone."""
+        env = d.envelope
+        assert env is not None
         try:
-            data, taskiq_id = unwrap(d.envelope)
-        except NotTaskiq:
-            return False
-        return self._read_task_id(data) == taskiq_id
+            data, taskiq_id = unwrap(env)
+        except NotTaskiq:  # admitted only as a taskiq message: not reached
+            return "acknowledged without running it: it is not a taskiq message"
+        if self._read_task_id(data) != taskiq_id:
+            # A message whose task id differs from its envelope's is no message this
+            # broker kicked either.
+            return (
+                "taskiq's receiver acknowledged it without running it: it could not parse "
+                "the message (see the worker's log), or the message's task id is not the "
+                "one its envelope names"
+            )
+        if self._find_task(env.task) is None:
+            return unknown_task(env.task) + "; it was acknowledged without being run"
+        return None
 
     def _dead(
         self, d: TaskiqDelivery, env: Envelope | None, reason: str, task_id: str = ""
