@@ -5,11 +5,14 @@ Entries delivered to this worker wait here by priority. taskiq pulls them one at
 an outcome: its workers died) is handed over only once nothing else is in taskiq's hands,
 and nothing else until it is acknowledged, so a task that kills its worker takes no innocent
 neighbour with it. An entry past ``max_deliveries``, or one that cannot run (not an
-envelope, not a taskiq message, an unknown task), goes to the dead letters instead.
+envelope, not a taskiq message), goes to the dead letters instead.
 
 The middleware reports when taskiq really starts a message (``begin``: the start of a
 reclaimed entry is counted then) and when it failed without a retry (``failed``); taskiq's
-ack (``ack``) becomes the settle instruction: success, failure or dead letter.
+ack (``ack``) becomes the settle instruction: success, failure or dead letter. An ack of a
+message that never started is a dead letter when taskiq's receiver skipped it (it cannot
+parse it, or knows no task by its name), and done when code reading ``listen()`` itself
+handled it.
 """
 
 from __future__ import annotations
