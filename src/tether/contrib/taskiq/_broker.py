@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -11,7 +12,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -295,21 +296,15 @@ class TetherBroker(AsyncBroker):
         listens again at once (taskiq's ``run_receiver_task``) never spins."""
         consumer = await self._join()
         try:
-            while True:
-                got = await consumer.next()
-                if got is None:
-                    return
-                delivery, data = got
-                self._failures = 0
-                ack = functools.partial(consumer.ack, delivery)
-                yield AckableMessage(data=data, ack=ack)
-        except ServerError as exc:
-            self._failures += 1
-            _stop_taskiq_process_manager(exc)
-            raise
-        except Exception:
-            self._failures += 1
-            raise
+            with self._failure_counted():
+                while True:
+                    got = await consumer.next()
+                    if got is None:
+                        return
+                    delivery, data = got
+                    self._failures = 0
+                    ack = functools.partial(consumer.ack, delivery)
+                    yield AckableMessage(data=data, ack=ack)
         finally:
             consumer.listeners -= 1
             if consumer.listeners == 0:
@@ -340,17 +335,24 @@ class TetherBroker(AsyncBroker):
                 dead_letter_failures=self._dead_letter_failures,
                 ack_linger=self._ack_linger,
             )
-            try:
+            with self._failure_counted():
                 await consumer.start()
-            except ServerError as exc:
-                self._failures += 1
-                _stop_taskiq_process_manager(exc)
-                raise
-            except Exception:
-                self._failures += 1
-                raise
             consumer.listeners += 1
             return consumer
+
+    @contextlib.contextmanager
+    def _failure_counted(self) -> Iterator[None]:
+        """A listener, or its consumer's start, failed: the next listener waits longer
+        first, and a refusal no retry fixes stops taskiq's process manager too."""
+        try:
+            yield
+        except ServerError as exc:
+            self._failures += 1
+            _stop_taskiq_process_manager(exc)
+            raise
+        except Exception:
+            self._failures += 1
+            raise
 
     async def _retire(self, consumer: Consumer) -> None:
         """Close a consumer every listener has left: settle what taskiq acknowledged, hand
