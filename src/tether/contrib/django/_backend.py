@@ -271,8 +271,7 @@ class TetherBackend(BaseTaskBackend):
         which time it wrote into the envelope."""
         recorded = None
         if entry_of_task_id(task_id) is None:
-            record, env = _read(self.tether, task_id)
-            recorded = env.enqueued_ms if env is not None else (record or {}).get("enqueued_ms")
+            recorded = _recorded_enqueue(*_read(self.tether, task_id))
         return from_ms(enqueued_ms(task_id, recorded)) or dj_timezone.now()
 
     async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
@@ -364,6 +363,14 @@ def _read_once(app: Tether, task_id: str) -> tuple[dict[str, Any] | None, Envelo
     return record, env
 
 
+def _recorded_enqueue(record: Mapping[str, Any] | None, env: Envelope | None) -> object:
+    """The enqueue time a task's own records carry: its envelope's while it waits or runs,
+    the stored result's copy once it ran (see :func:`enqueued_ms`)."""
+    if env is not None:
+        return env.enqueued_ms
+    return record.get("enqueued_ms") if record else None
+
+
 def _result(
     alias: str,
     task: Task[Any, Any],
@@ -374,7 +381,7 @@ def _result(
 ) -> TaskResult[Any]:
     """A Django TaskResult from Tether's records (what Tether does not keep stays empty;
     see docs/producers.md)."""
-    recorded = env.enqueued_ms if env is not None else record.get("enqueued_ms") if record else None
+    recorded = _recorded_enqueue(record, env)
     attempt = record.get("attempt", 1) if record else env.attempt if env is not None else 1
     errors: list[TaskError] = []
     error = record.get("error") if record else None
