@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -556,24 +556,29 @@ def django6_venv() -> Path:
     stamp = "\n".join([python, *requirements])
     digest = hashlib.sha256(stamp.encode()).hexdigest()[:12]
     base = Path(sys.prefix) / f"tether-django6-{digest}"
-    ready = base / "ready"
-    # Parallel test processes build it once: the others wait on the lock, then find it ready.
-    with open(Path(sys.prefix) / "tether-django6.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready.exists():
-            _build_venv(python, base, requirements, stamp)
+
+    def build() -> None:
+        subprocess.run([python, "-m", "venv", str(base)], check=True, timeout=120)
+        subprocess.run(
+            [str(base / "bin" / "python"), "-m", "pip", "install", "-q", *requirements],
+            check=True,
+            timeout=300,
+        )
+
+    built_once(base, Path(sys.prefix) / "tether-django6.lock", build, stamp)
     return base / "bin" / "python"
 
 
-def _build_venv(python: str, base: Path, requirements: list[str], stamp: str) -> None:
-    shutil.rmtree(base, ignore_errors=True)
-    subprocess.run([python, "-m", "venv", str(base)], check=True, timeout=120)
-    subprocess.run(
-        [str(base / "bin" / "python"), "-m", "pip", "install", "-q", *requirements],
-        check=True,
-        timeout=300,
-    )
-    (base / "ready").write_text(stamp)
+def built_once(base: Path, lock_path: Path, build: Callable[[], None], stamp: str) -> None:
+    """``base``, made by ``build`` at first use and marked ready (its file holds ``stamp``).
+    Parallel test processes build it once: the others wait on the lock, then find it ready;
+    a build cut short leaves no mark and starts again from nothing."""
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / "ready").exists():
+            shutil.rmtree(base, ignore_errors=True)
+            build()
+            (base / "ready").write_text(stamp)
 
 
 def test_django_6_runs_the_same_project(

@@ -21,7 +21,6 @@ test that fails in another way.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..helpers import ROOT
-from .test_django import django6_venv
+from .test_django import built_once, django6_venv
 
 RUNNER = ROOT / "tests" / "django_site" / "conformance" / "run.py"
 LABELS = ("tasks.test_tasks", "tasks.test_dummy_backend", "tasks.test_immediate_backend")
@@ -225,22 +224,20 @@ def django_tests(python: Path) -> Path:
     ).stdout.strip()
     venv = python.parent.parent
     base = venv / f"django-{version}-tests"
-    ready = base / "ready"
-    with open(venv / "django-tests.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready.exists():
-            shutil.rmtree(base, ignore_errors=True)
-            download = base / "sdist"
-            subprocess.run(
-                [str(python), "-m", "pip", "download", "-q", "--no-binary", ":all:",
-                 "--no-deps", f"django=={version}", "-d", str(download)],
-                check=True,
-                timeout=300,
-            )  # fmt: skip
-            (sdist,) = download.glob("*.tar.gz")
-            extract_folder(sdist, PurePosixPath("tests", "tasks"), base / "tests" / "tasks")
-            shutil.rmtree(download)
-            ready.write_text(version)
+
+    def build() -> None:
+        download = base / "sdist"
+        subprocess.run(
+            [str(python), "-m", "pip", "download", "-q", "--no-binary", ":all:",
+             "--no-deps", f"django=={version}", "-d", str(download)],
+            check=True,
+            timeout=300,
+        )  # fmt: skip
+        (sdist,) = download.glob("*.tar.gz")
+        extract_folder(sdist, PurePosixPath("tests", "tasks"), base / "tests" / "tasks")
+        shutil.rmtree(download)
+
+    built_once(base, venv / "django-tests.lock", build, version)
     return base / "tests"
 
 
